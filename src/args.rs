@@ -1,0 +1,363 @@
+//! Argument parsing: raw argument vectors into typed requests.
+//!
+//! Pure, so every rule of SPEC §9 is unit-tested here. Each parser checks,
+//! in this order: too few arguments, then arguments past the grammar or
+//! unknown options, then numbers, then the owner. Index 0 is the command
+//! name, index 1 the key (the glue opens it), so parsers look from index 2.
+
+use crate::error::LockError;
+
+/// Largest `ttl-ms` / `timeout-ms`: 2^40 ms, about 35 years.
+pub const MAX_MS: u64 = 1 << 40;
+/// Longest owner token, in bytes.
+pub const MAX_OWNER_LEN: usize = 1024;
+
+/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Acquire<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: u64,
+    /// `Some(0)`: wait without limit.
+    pub wait_ms: Option<u64>,
+}
+
+/// `LOCK.REENTER key owner [ttl-ms]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reenter<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: Option<u64>,
+}
+
+/// `LOCK.RELEASE key owner [ALL]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Release<'a> {
+    pub owner: &'a [u8],
+    pub all: bool,
+}
+
+/// `LOCK.RENEW key owner ttl-ms`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Renew<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: u64,
+}
+
+/// `LOCK.APPLY key owner count fence [PXAT unix-ms]` (internal: replication
+/// and AOF). Without `PXAT` the key keeps its TTL; the AOF rewrite relies on
+/// that, as Redis writes a `PEXPIREAT` after the module's own commands.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Apply<'a> {
+    pub owner: &'a [u8],
+    pub count: u64,
+    pub fence: u64,
+    pub expires_at: Option<u64>,
+}
+
+pub fn parse_acquire<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Acquire<'a>, LockError> {
+    let [_, _, owner, ttl, rest @ ..] = args else {
+        return Err(LockError::WrongArity);
+    };
+    let wait = match rest {
+        [] => None,
+        [word, timeout] if is_word(word, "WAIT") => Some(timeout),
+        _ => return Err(LockError::Syntax),
+    };
+    let ttl_ms = parse_ttl(ttl)?;
+    let wait_ms = wait.map(parse_timeout).transpose()?;
+    Ok(Acquire {
+        owner: parse_owner(owner)?,
+        ttl_ms,
+        wait_ms,
+    })
+}
+
+pub fn parse_reenter<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Reenter<'a>, LockError> {
+    let (owner, ttl) = match args {
+        [_, _, owner] => (owner, None),
+        [_, _, owner, ttl] => (owner, Some(ttl)),
+        [_, _, _, _, ..] => return Err(LockError::Syntax),
+        _ => return Err(LockError::WrongArity),
+    };
+    let ttl_ms = ttl.map(parse_ttl).transpose()?;
+    Ok(Reenter {
+        owner: parse_owner(owner)?,
+        ttl_ms,
+    })
+}
+
+pub fn parse_release<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Release<'a>, LockError> {
+    let (owner, all) = match args {
+        [_, _, owner] => (owner, false),
+        [_, _, owner, word] if is_word(word, "ALL") => (owner, true),
+        [_, _, _, ..] => return Err(LockError::Syntax),
+        _ => return Err(LockError::WrongArity),
+    };
+    Ok(Release {
+        owner: parse_owner(owner)?,
+        all,
+    })
+}
+
+pub fn parse_renew<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Renew<'a>, LockError> {
+    let (owner, ttl) = match args {
+        [_, _, owner, ttl] => (owner, ttl),
+        [_, _, _, _, ..] => return Err(LockError::Syntax),
+        _ => return Err(LockError::WrongArity),
+    };
+    let ttl_ms = parse_ttl(ttl)?;
+    Ok(Renew {
+        owner: parse_owner(owner)?,
+        ttl_ms,
+    })
+}
+
+/// `LOCK.INFO key`: nothing to parse past the key.
+pub fn parse_info<A: AsRef<[u8]>>(args: &[A]) -> Result<(), LockError> {
+    match args.len() {
+        0 | 1 => Err(LockError::WrongArity),
+        2 => Ok(()),
+        _ => Err(LockError::Syntax),
+    }
+}
+
+pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockError> {
+    let [_, _, owner, count, fence, rest @ ..] = args else {
+        return Err(LockError::WrongArity);
+    };
+    let expires_at = match rest {
+        [] => None,
+        [word, at] if is_word(word, "PXAT") => Some(at),
+        _ => return Err(LockError::Syntax),
+    };
+    let positive = |arg: &A| {
+        parse_int(arg)
+            .filter(|&n| n >= 1)
+            .ok_or(LockError::BadNumber)
+    };
+    Ok(Apply {
+        count: positive(count)?,
+        fence: positive(fence)?,
+        expires_at: expires_at.map(positive).transpose()?,
+        owner: parse_owner(owner)?,
+    })
+}
+
+fn parse_ttl<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
+    parse_int(arg)
+        .filter(|ms| (1..=MAX_MS).contains(ms))
+        .ok_or(LockError::BadTtl)
+}
+
+fn parse_timeout<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
+    parse_int(arg)
+        .filter(|&ms| ms <= MAX_MS)
+        .ok_or(LockError::BadTimeout)
+}
+
+fn parse_owner<A: AsRef<[u8]>>(arg: &A) -> Result<&[u8], LockError> {
+    let owner = arg.as_ref();
+    if owner.is_empty() || owner.len() > MAX_OWNER_LEN {
+        return Err(LockError::BadOwner);
+    }
+    Ok(owner)
+}
+
+/// A non-negative integer in Redis's strict form: ASCII digits only, no
+/// sign, no spaces, no leading zeros (but "0"), and within `i64`. Negative
+/// numbers parse to `None`: every number here must be ≥ 0 anyway.
+fn parse_int<A: AsRef<[u8]>>(arg: &A) -> Option<u64> {
+    let bytes = arg.as_ref();
+    let digits_only = !bytes.is_empty() && bytes.iter().all(u8::is_ascii_digit);
+    let leading_zero = bytes.len() > 1 && bytes[0] == b'0';
+    if !digits_only || leading_zero {
+        return None;
+    }
+    std::str::from_utf8(bytes)
+        .ok()?
+        .parse::<u64>()
+        .ok()
+        .filter(|&n| n <= i64::MAX as u64)
+}
+
+fn is_word<A: AsRef<[u8]>>(arg: &A, word: &str) -> bool {
+    arg.as_ref().eq_ignore_ascii_case(word.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use LockError::*;
+
+    fn v(line: &str) -> Vec<Vec<u8>> {
+        line.split(' ').map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn acquire_parses_with_and_without_wait() {
+        let a = v("LOCK.ACQUIRE k o 100");
+        assert_eq!(
+            parse_acquire(&a),
+            Ok(Acquire {
+                owner: b"o",
+                ttl_ms: 100,
+                wait_ms: None
+            })
+        );
+        let a = v("lock.acquire k o 100 wait 0");
+        assert_eq!(
+            parse_acquire(&a),
+            Ok(Acquire {
+                owner: b"o",
+                ttl_ms: 100,
+                wait_ms: Some(0)
+            })
+        );
+    }
+
+    #[test]
+    fn errors_come_in_spec_order() {
+        // (argument vector, expected error): each row breaks the rule of its
+        // row and every later one, so only the earliest rule may answer.
+        let table = [
+            ("LOCK.ACQUIRE k o", WrongArity),
+            ("LOCK.ACQUIRE k", WrongArity),
+            ("LOCK.ACQUIRE k o nope EXTRA", Syntax),
+            ("LOCK.ACQUIRE k o nope WAIT", Syntax),
+            ("LOCK.ACQUIRE k o nope NOWAIT 5", Syntax),
+            ("LOCK.ACQUIRE k o nope WAIT 5 6", Syntax),
+            ("LOCK.ACQUIRE k  nope WAIT nope", BadTtl),
+            ("LOCK.ACQUIRE k  5 WAIT nope", BadTimeout),
+            ("LOCK.ACQUIRE k  5 WAIT 5", BadOwner),
+            ("LOCK.REENTER k", WrongArity),
+            ("LOCK.REENTER k  nope x", Syntax),
+            ("LOCK.REENTER k  nope", BadTtl),
+            ("LOCK.REENTER k  5", BadOwner),
+            ("LOCK.RELEASE k", WrongArity),
+            ("LOCK.RELEASE k  SOME", Syntax),
+            ("LOCK.RELEASE k  ALL x", Syntax),
+            ("LOCK.RELEASE k  ALL", BadOwner),
+            ("LOCK.RENEW k o", WrongArity),
+            ("LOCK.RENEW k  nope x", Syntax),
+            ("LOCK.RENEW k  nope", BadTtl),
+            ("LOCK.RENEW k  5", BadOwner),
+        ];
+        for (line, want) in table {
+            let args = v(line);
+            let got = match line.split(' ').next() {
+                Some("LOCK.ACQUIRE") => parse_acquire(&args).err(),
+                Some("LOCK.REENTER") => parse_reenter(&args).err(),
+                Some("LOCK.RELEASE") => parse_release(&args).err(),
+                _ => parse_renew(&args).err(),
+            };
+            assert_eq!(got, Some(want), "{line}");
+        }
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        let max = MAX_MS.to_string();
+        let over = (MAX_MS + 1).to_string();
+        for (ttl, ok) in [
+            ("1", true),
+            (max.as_str(), true),
+            ("0", false),
+            ("-1", false),
+            (over.as_str(), false),
+            ("+5", false),
+            (" 5", false),
+            ("05", false),
+            ("5.0", false),
+            ("1e3", false),
+            ("99999999999999999999999", false),
+            ("", false),
+        ] {
+            let args: Vec<&[u8]> = vec![b"LOCK.RENEW", b"k", b"o", ttl.as_bytes()];
+            assert_eq!(parse_renew(&args).is_ok(), ok, "ttl {ttl:?}");
+        }
+    }
+
+    #[test]
+    fn timeout_bounds_include_zero() {
+        let max = MAX_MS.to_string();
+        let over = (MAX_MS + 1).to_string();
+        for (t, ok) in [
+            ("0", true),
+            (max.as_str(), true),
+            (over.as_str(), false),
+            ("-1", false),
+        ] {
+            let args: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", b"k", b"o", b"5", b"WAIT", t.as_bytes()];
+            assert_eq!(parse_acquire(&args).is_ok(), ok, "timeout {t:?}");
+        }
+    }
+
+    #[test]
+    fn owner_bounds_and_binary_safety() {
+        let long = vec![b'x'; MAX_OWNER_LEN];
+        let too_long = vec![b'x'; MAX_OWNER_LEN + 1];
+        let binary: &[u8] = b"\0\xff:1";
+        for (owner, ok) in [
+            (&long[..], true),
+            (&too_long[..], false),
+            (binary, true),
+            (b"", false),
+        ] {
+            let args: Vec<&[u8]> = vec![b"LOCK.RELEASE", b"k", owner];
+            assert_eq!(
+                parse_release(&args).map(|r| r.owner),
+                if ok { Ok(owner) } else { Err(BadOwner) }
+            );
+        }
+    }
+
+    #[test]
+    fn keywords_are_case_insensitive() {
+        assert_eq!(parse_release(&v("x k o aLl")).map(|r| r.all), Ok(true));
+        assert_eq!(
+            parse_acquire(&v("x k o 5 WaIt 7")).map(|r| r.wait_ms),
+            Ok(Some(7))
+        );
+    }
+
+    #[test]
+    fn reenter_and_info_shapes() {
+        assert_eq!(
+            parse_reenter(&v("x k o")),
+            Ok(Reenter {
+                owner: b"o",
+                ttl_ms: None
+            })
+        );
+        assert_eq!(
+            parse_reenter(&v("x k o 9")),
+            Ok(Reenter {
+                owner: b"o",
+                ttl_ms: Some(9)
+            })
+        );
+        assert_eq!(parse_info(&v("x")), Err(WrongArity));
+        assert_eq!(parse_info(&v("x k")), Ok(()));
+        assert_eq!(parse_info(&v("x k extra")), Err(Syntax));
+    }
+
+    #[test]
+    fn apply_parses_state_and_optional_expiry() {
+        assert_eq!(
+            parse_apply(&v("x k o 2 99 PXAT 1234")),
+            Ok(Apply {
+                owner: b"o",
+                count: 2,
+                fence: 99,
+                expires_at: Some(1234)
+            })
+        );
+        assert_eq!(
+            parse_apply(&v("x k o 2 99")).map(|a| a.expires_at),
+            Ok(None)
+        );
+        assert_eq!(parse_apply(&v("x k o 2")), Err(WrongArity));
+        assert_eq!(parse_apply(&v("x k o 2 99 PX 5")), Err(Syntax));
+        assert_eq!(parse_apply(&v("x k o 0 99")), Err(BadNumber));
+        assert_eq!(parse_apply(&v("x k o 1 -1")), Err(BadNumber));
+    }
+}

@@ -1,0 +1,76 @@
+//! The one error type of the module.
+//!
+//! Every failure a client can cause is a variant here; the Redis glue turns
+//! it into an error reply at the boundary ([`LockError::into_redis`]), so the
+//! prefixes clients match on (`ERR`, `WRONGTYPE`, `NOTOWNER`) live in one place.
+
+use redis_module::RedisError;
+
+use crate::args::MAX_MS;
+
+/// Why a command was refused. Checked in the order of the variants below
+/// (SPEC §9): the first that applies answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockError {
+    /// Too few arguments: the server's standard arity error.
+    WrongArity,
+    /// An argument past the grammar, or an unknown option.
+    Syntax,
+    /// `ttl-ms` is not an integer in `1..=2^40`.
+    BadTtl,
+    /// `timeout-ms` is not an integer in `0..=2^40`.
+    BadTimeout,
+    /// An internal-command integer (count, fence, expiry) is out of range.
+    BadNumber,
+    /// The owner is empty or longer than [`crate::args::MAX_OWNER_LEN`].
+    BadOwner,
+    /// The key holds a value of another type.
+    WrongType,
+    /// The caller does not hold the lock (never held, released, or lease ended).
+    NotOwner,
+    /// The reentrancy count would overflow.
+    CountOverflow,
+    /// `LOCK.APPLY` sent by a normal client: only the master's replication
+    /// stream and AOF loading may set a lock's state directly.
+    InternalCommand,
+    /// A bug caught at the boundary (a panic): the command changed nothing
+    /// it could not undo and the server keeps running.
+    Internal,
+}
+
+impl LockError {
+    /// The error reply text, with its stable prefix.
+    pub fn message(self) -> &'static str {
+        match self {
+            LockError::WrongArity => "ERR wrong number of arguments",
+            LockError::Syntax => "ERR syntax error",
+            LockError::BadTtl => TTL_MESSAGE,
+            LockError::BadTimeout => TIMEOUT_MESSAGE,
+            LockError::BadNumber => "ERR value is not an integer or out of range",
+            LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",
+            LockError::WrongType => {
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            }
+            LockError::NotOwner => "NOTOWNER the lock is not held by this owner",
+            LockError::CountOverflow => "ERR reentrancy count overflow",
+            LockError::InternalCommand => {
+                "ERR LOCK.APPLY is internal: only replication and AOF loading may call it"
+            }
+            LockError::Internal => "ERR internal error in the lock module (see the server log)",
+        }
+    }
+
+    /// The reply Redis sends. Arity goes through `RedisModule_WrongArity` so
+    /// the text names the command exactly as the server's own check does.
+    pub fn into_redis(self) -> RedisError {
+        match self {
+            LockError::WrongArity => RedisError::WrongArity,
+            other => RedisError::Str(other.message()),
+        }
+    }
+}
+
+// Kept as consts so the bound printed is the bound enforced.
+const TTL_MESSAGE: &str = "ERR ttl-ms must be an integer from 1 to 1099511627776";
+const TIMEOUT_MESSAGE: &str = "ERR timeout-ms must be an integer from 0 to 1099511627776";
+const _: () = assert!(MAX_MS == 1_099_511_627_776);

@@ -1,0 +1,60 @@
+//! Everything that touches Redis's C API through raw pointers.
+//!
+//! The rest of the crate is safe Rust. Each `extern "C"` callback here hands
+//! over at once to a safe function, inside [`guard`], so a bug becomes a log
+//! line and an error reply instead of a panic unwinding into C (which would
+//! abort the server).
+
+pub mod datatype;
+pub mod events;
+pub mod key;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::{logging, raw};
+
+use crate::{fence, stats};
+
+/// Wall-clock unix milliseconds, as the server sees them (`mstime()`).
+pub fn now_ms() -> u64 {
+    // SAFETY: RedisModule_Milliseconds takes no arguments and is set once the
+    // module is initialised, before any command or callback can run.
+    let ms = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
+    u64::try_from(ms).unwrap_or(0)
+}
+
+/// Runs `body`; if it panics, logs and returns `fallback` instead.
+pub fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(value) => value,
+        Err(_) => {
+            logging::log_warning(format!("lock: recovered from a panic in {what}"));
+            fallback
+        }
+    }
+}
+
+/// Sends panics to the Redis log (with location) as well as stderr, so a
+/// recovered panic is never silent.
+pub fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        logging::log_warning(format!("lock: panic: {info}"));
+        default(info);
+    }));
+}
+
+/// Registers the `INFO lock` section (fields `lock_held`, `lock_waiting`, …).
+/// Done by hand: the crate's own info hook needs a newer Redis.
+pub fn register_info(ctx: *mut raw::RedisModuleCtx) {
+    raw::register_info_function(ctx, Some(info_callback));
+}
+
+/// Fills the `INFO lock` section.
+extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    // An empty section name makes Redis name the section after the module.
+    raw::add_info_section(ctx, None);
+    for (name, value) in stats::fields(fence::last()) {
+        raw::add_info_field_long_long(ctx, name, value);
+    }
+}
