@@ -10,23 +10,33 @@ use crate::args;
 use crate::error::LockError;
 use crate::ffi::datatype::StoredLock;
 use crate::ffi::key::LockKey;
-use crate::ffi::{guard, now_ms};
+use crate::ffi::{guard, now_ms, waiting};
 use crate::lock::{self, Acquire};
 use crate::{fence, stats};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]` → fence, or nil if busy.
+/// With `WAIT` a busy lock parks the client until it is handed the lock
+/// (fence) or the timeout passes (nil); never inside MULTI or scripts.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     run(ctx, "LOCK.ACQUIRE", &args, |argv| {
         let req = args::parse_acquire(argv)?;
-        if req.wait_ms.is_some() {
-            // Waiting is not built yet (issue #3).
-            return Err(LockError::Syntax);
-        }
         let mut key = LockKey::open(ctx, &args[1], true);
+        let current = key.read()?;
         let now = now_ms();
-        match lock::acquire(key.read()?.as_ref(), req.owner, req.ttl_ms, now, || {
-            fence::issue(now)
-        })? {
+        let name = waiting::lock_name(ctx, &args[1]);
+        let holder = current.as_ref().filter(|held| held.is_live(now));
+        // No barging: a free lock with clients waiting is theirs. (Their
+        // hand-off is normally already scheduled; scheduling again is cheap.)
+        let queued = holder.is_none() && waiting::has_waiters(&name);
+        let decision = if queued {
+            waiting::schedule(ctx.ctx, name.clone());
+            Acquire::Busy
+        } else {
+            lock::acquire(current.as_ref(), req.owner, req.ttl_ms, now, || {
+                fence::issue(now)
+            })?
+        };
+        match decision {
             Acquire::Fresh(held) => {
                 key.store_held(&held);
                 stats::ACQUIRED.incr();
@@ -37,9 +47,18 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 key.store_held(&held);
                 stats::REENTERED.incr();
                 notify(ctx, "lock.reenter", &args[1]);
+                waiting::lease_changed(ctx, &name, held.expires_at);
                 Ok(fence_reply(held.fence))
             }
-            Acquire::Busy => Ok(RedisValue::Null),
+            Acquire::Busy => match req.wait_ms {
+                Some(timeout) if waiting::can_block(ctx) => {
+                    let holder_expiry = current.map(|held| held.expires_at);
+                    drop(key);
+                    waiting::block(ctx, name, req.owner, req.ttl_ms, timeout, holder_expiry);
+                    Ok(RedisValue::NoReply)
+                }
+                _ => Ok(RedisValue::Null),
+            },
         }
     })
 }
@@ -53,6 +72,7 @@ pub fn reenter(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         key.store_held(&held);
         stats::REENTERED.incr();
         notify(ctx, "lock.reenter", &args[1]);
+        waiting::lease_changed(ctx, &waiting::lock_name(ctx, &args[1]), held.expires_at);
         Ok(count_reply(held.count))
     })
 }
@@ -72,7 +92,9 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }
             None => {
                 key.delete();
+                drop(key);
                 ctx.notify_keyspace_event(NotifyEvent::GENERIC, "del", &args[1]);
+                waiting::schedule(ctx.ctx, waiting::lock_name(ctx, &args[1]));
                 Ok(RedisValue::Integer(0))
             }
         }
@@ -88,6 +110,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         key.store_held(&held);
         stats::RENEWED.incr();
         notify(ctx, "lock.renew", &args[1]);
+        waiting::lease_changed(ctx, &waiting::lock_name(ctx, &args[1]), held.expires_at);
         Ok(RedisValue::Integer(1))
     })
 }
@@ -106,7 +129,10 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ("count", count_reply(lock.count)),
             ("fence", fence_reply(lock.fence)),
             ("ttl", RedisValue::Integer(key.ttl_ms())),
-            ("waiters", RedisValue::Integer(0)),
+            (
+                "waiters",
+                count_reply(waiting::waiters(&waiting::lock_name(ctx, &args[1])) as u64),
+            ),
         ];
         // The crate's map replies do not keep field order, so reply by hand;
         // Redis turns a map into a flat array for RESP2 clients.

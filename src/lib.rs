@@ -8,10 +8,11 @@
 //! | [`args`] | argument vectors → typed requests, every §9 rule | no |
 //! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
+//! | [`queue`] | the FIFO of clients waiting on each lock | no |
 //! | [`error`] | the one error enum and its reply texts | no |
 //! | [`stats`] | counters for `INFO lock` | no |
 //! | [`commands`] | one handler per command: parse → apply → reply | safe API |
-//! | [`ffi`] | all raw C API use: data type callbacks, keys, events | `unsafe` |
+//! | [`ffi`] | all raw C API use: data type callbacks, keys, blocking, events | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock` (owner, count,
 //! fence); its lease is the key's TTL. Every change the master makes goes to
@@ -24,6 +25,7 @@ pub mod error;
 pub mod fence;
 pub mod ffi;
 pub mod lock;
+pub mod queue;
 pub mod stats;
 
 use redis_module::{redis_module, Context, RedisString, Status};

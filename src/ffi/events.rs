@@ -1,14 +1,20 @@
-//! Keyspace notifications the module listens to.
+//! What the module hears from the server: keyspace notifications and the
+//! flush, swap-db and loading server events.
 //!
-//! Redis tells a data type that a key left the keyspace (`unlink2`) but not
-//! why; the `expired` notification that follows tells why but no longer has
-//! the value. Pairing the two counts leases that ended while held.
+//! Two uses. (1) A lock with waiters can be freed by any command (`DEL`,
+//! `RENAME`, `MOVE`, eviction, a flush…): every notification about such a
+//! key schedules a look at it ([`waiting::schedule`]); callbacks must not
+//! write, so the hand-off itself runs later, on a timer. (2) Redis tells a
+//! data type that a key left the keyspace (`unlink2`) but not why; the
+//! `expired` notification that follows tells why: pairing the two counts
+//! leases that ended while held.
 
 use std::cell::RefCell;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::ffi::waiting;
 use crate::stats;
 
 thread_local! {
@@ -37,21 +43,43 @@ fn take_unlinked(db: c_int, name: &[u8]) -> bool {
     })
 }
 
-/// Subscribes to the notifications the module needs. Called once at load.
+/// Subscribes to what the module needs to hear. Called once at load.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let types = raw::REDISMODULE_NOTIFY_EXPIRED;
-    // SAFETY: called from module load with its context; the callback is a
-    // plain function that lives as long as the module.
-    let status = unsafe {
-        raw::RedisModule_SubscribeToKeyspaceEvents.map_or(raw::Status::Err as c_int, |f| {
-            f(ctx.ctx, types, Some(on_keyspace_event))
-        })
-    };
-    if status == raw::Status::Ok as c_int {
-        Ok(())
-    } else {
-        Err("cannot subscribe to keyspace events")
+    // Every class that can remove or replace a key; not MODULE: our own
+    // commands schedule hand-offs themselves.
+    let types = raw::REDISMODULE_NOTIFY_GENERIC
+        | raw::REDISMODULE_NOTIFY_STRING
+        | raw::REDISMODULE_NOTIFY_LIST
+        | raw::REDISMODULE_NOTIFY_SET
+        | raw::REDISMODULE_NOTIFY_HASH
+        | raw::REDISMODULE_NOTIFY_ZSET
+        | raw::REDISMODULE_NOTIFY_STREAM
+        | raw::REDISMODULE_NOTIFY_EXPIRED
+        | raw::REDISMODULE_NOTIFY_EVICTED;
+    let server_events = [
+        raw::REDISMODULE_EVENT_FLUSHDB,
+        raw::REDISMODULE_EVENT_SWAPDB,
+        raw::REDISMODULE_EVENT_LOADING,
+    ];
+    // SAFETY: called at module load with its context; the callbacks are
+    // plain functions that live as long as the module.
+    unsafe {
+        let ok = raw::Status::Ok as c_int;
+        let keyspace = raw::RedisModule_SubscribeToKeyspaceEvents
+            .map_or(!ok, |f| f(ctx.ctx, types, Some(on_keyspace_event)));
+        if keyspace != ok {
+            return Err("cannot subscribe to keyspace events");
+        }
+        for id in server_events {
+            let event = raw::RedisModuleEvent { id, dataver: 1 };
+            let status = raw::RedisModule_SubscribeToServerEvent
+                .map_or(!ok, |f| f(ctx.ctx, event, Some(on_server_event)));
+            if status != ok {
+                return Err("cannot subscribe to server events");
+            }
+        }
     }
+    Ok(())
 }
 
 /// A keyspace notification (main thread). Must not write to the keyspace.
@@ -61,17 +89,46 @@ extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    // SAFETY: Redis passes a NUL-terminated event name and a live key name.
-    let (event, name) = unsafe {
+    // SAFETY: Redis passes a NUL-terminated event name, a live key name and
+    // a context whose selected database is the key's.
+    let (event, name, db) = unsafe {
         (
             std::ffi::CStr::from_ptr(event).to_bytes(),
             RedisString::string_as_slice(key),
+            raw::RedisModule_GetSelectedDb.map_or(-1, |f| f(ctx)),
         )
     };
-    // SAFETY: the context is live for the call.
-    let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(-1, |f| f(ctx)) };
     if event == b"expired" && take_unlinked(db, name) {
         stats::EXPIRED_HELD.incr();
     }
+    if waiting::anyone_waiting() {
+        waiting::schedule(ctx, (db, name.to_vec()));
+    }
     raw::Status::Ok as c_int
+}
+
+/// Flush, swap-db and end of loading: any lock with waiters may be free now.
+extern "C" fn on_server_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    let dbs: Vec<Option<i32>> = match (event.id, subevent) {
+        (raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_SUBEVENT_FLUSHDB_END) => {
+            // SAFETY: Redis passes a RedisModuleFlushInfo with this event.
+            let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
+            vec![(db >= 0).then_some(db)]
+        }
+        (raw::REDISMODULE_EVENT_SWAPDB, _) => {
+            // SAFETY: Redis passes a RedisModuleSwapDbInfo with this event.
+            let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+            vec![Some(info.dbnum_first), Some(info.dbnum_second)]
+        }
+        (raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_ENDED) => vec![None],
+        _ => return,
+    };
+    for db in dbs {
+        waiting::schedule_db(ctx, db);
+    }
 }

@@ -70,6 +70,17 @@ impl<'a> LockKey<'a> {
         unsafe { raw::RedisModule_GetExpire.map_or(NO_EXPIRE, |f| f(self.key)) }
     }
 
+    /// The key's absolute expiry (unix ms), whatever its type; `None` if it
+    /// has none or does not exist.
+    pub fn expires_at(&self) -> Option<u64> {
+        if self.key.is_null() {
+            return None;
+        }
+        // SAFETY: `self.key` is an open key of this context.
+        let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
+        u64::try_from(at).ok()
+    }
+
     /// The lock as the core sees it: value plus absolute lease end.
     pub fn read(&self) -> Result<Option<Held>, LockError> {
         let Some(lock) = self.stored()? else {

@@ -1,0 +1,235 @@
+//! The wait queue: clients blocked on each lock, first come first served.
+//!
+//! Pure: no Redis. A waiter is known by its client id (a client blocks on
+//! one command at a time, and Redis never reuses ids). Leaving the queue
+//! (timeout, disconnect, `CLIENT UNBLOCK`) is O(1): the entry is forgotten
+//! and its slot in the order becomes a tombstone that `pop` skips, so serving
+//! the next waiter costs the same with 10 or 10,000 waiters.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+
+/// A lock's identity: database index and key name.
+pub type LockName = (i32, Vec<u8>);
+
+/// All queues, and every waiter's payload `T`.
+pub struct WaitQueues<T> {
+    queues: HashMap<LockName, Queue>,
+    waiters: HashMap<u64, Waiter<T>>,
+    /// Tells a waiter's current entry from a tombstone of an earlier wait by
+    /// the same client on the same lock.
+    next_seq: u64,
+}
+
+struct Queue {
+    /// (client id, seq) in arrival order, tombstones included.
+    order: VecDeque<(u64, u64)>,
+    /// Waiters in `order` that are still waiting.
+    live: usize,
+}
+
+struct Waiter<T> {
+    name: LockName,
+    seq: u64,
+    payload: T,
+}
+
+impl<T> Default for WaitQueues<T> {
+    fn default() -> Self {
+        WaitQueues {
+            queues: HashMap::new(),
+            waiters: HashMap::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<T> WaitQueues<T> {
+    /// Puts client `id` at the back of `name`'s queue. `false` (and nothing
+    /// changes) if that client is already waiting somewhere.
+    pub fn push(&mut self, name: LockName, id: u64, payload: T) -> bool {
+        let Entry::Vacant(slot) = self.waiters.entry(id) else {
+            return false;
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let queue = self.queues.entry(name.clone()).or_insert_with(|| Queue {
+            order: VecDeque::new(),
+            live: 0,
+        });
+        queue.order.push_back((id, seq));
+        queue.live += 1;
+        slot.insert(Waiter { name, seq, payload });
+        true
+    }
+
+    /// Takes client `id` out of whatever queue it is in (it left).
+    pub fn remove(&mut self, id: u64) -> Option<(LockName, T)> {
+        let waiter = self.waiters.remove(&id)?;
+        if let Some(queue) = self.queues.get_mut(&waiter.name) {
+            queue.live -= 1;
+            if queue.live == 0 {
+                self.queues.remove(&waiter.name);
+            } else if queue.order.len() > 2 * queue.live + 16 {
+                // Many left from the middle: drop their tombstones now, so
+                // memory stays proportional to the clients still waiting.
+                let waiters = &self.waiters;
+                queue
+                    .order
+                    .retain(|(id, seq)| waiters.get(id).is_some_and(|w| w.seq == *seq));
+            }
+        }
+        Some((waiter.name, waiter.payload))
+    }
+
+    /// The payload of waiting client `id`.
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        self.waiters.get_mut(&id).map(|w| &mut w.payload)
+    }
+
+    /// The longest-waiting client of `name`, taken out of the queue.
+    pub fn pop(&mut self, name: &LockName) -> Option<(u64, T)> {
+        let queue = self.queues.get_mut(name)?;
+        while let Some((id, seq)) = queue.order.pop_front() {
+            let current = self.waiters.get(&id).is_some_and(|w| w.seq == seq);
+            if current {
+                queue.live -= 1;
+                if queue.live == 0 {
+                    self.queues.remove(name);
+                }
+                let waiter = self.waiters.remove(&id)?;
+                return Some((id, waiter.payload));
+            }
+        }
+        None
+    }
+
+    /// How many clients wait on `name`.
+    pub fn len(&self, name: &LockName) -> usize {
+        self.queues.get(name).map_or(0, |q| q.live)
+    }
+
+    /// Whether any client waits on `name`.
+    pub fn has_waiters(&self, name: &LockName) -> bool {
+        self.queues.contains_key(name)
+    }
+
+    /// Whether client `id` is waiting.
+    pub fn is_waiting(&self, id: u64) -> bool {
+        self.waiters.contains_key(&id)
+    }
+
+    /// Clients waiting on all locks.
+    pub fn total(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Every lock with waiters in database `db` (`None`: all databases).
+    pub fn names_in(&self, db: Option<i32>) -> Vec<LockName> {
+        self.queues
+            .keys()
+            .filter(|(d, _)| db.is_none_or(|db| *d == db))
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(key: &str) -> LockName {
+        (0, key.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn waiters_are_served_in_arrival_order() {
+        let mut q = WaitQueues::default();
+        for id in [5, 3, 9] {
+            assert!(q.push(name("k"), id, id * 10));
+        }
+        assert_eq!(q.len(&name("k")), 3);
+        assert_eq!(q.pop(&name("k")), Some((5, 50)));
+        assert_eq!(q.pop(&name("k")), Some((3, 30)));
+        assert_eq!(q.pop(&name("k")), Some((9, 90)));
+        assert_eq!(q.pop(&name("k")), None);
+        assert!(!q.has_waiters(&name("k")));
+    }
+
+    #[test]
+    fn queues_are_per_lock_and_per_database() {
+        let mut q = WaitQueues::default();
+        q.push(name("a"), 1, ());
+        q.push((1, b"a".to_vec()), 2, ());
+        q.push(name("b"), 3, ());
+        assert_eq!(q.pop(&name("a")), Some((1, ())));
+        assert_eq!(q.pop(&name("a")), None);
+        assert_eq!(q.len(&(1, b"a".to_vec())), 1);
+        let mut db0 = q.names_in(Some(0));
+        db0.sort();
+        assert_eq!(db0, vec![name("b")]);
+        assert_eq!(q.names_in(None).len(), 2);
+    }
+
+    #[test]
+    fn a_client_waits_in_one_place_at_a_time() {
+        let mut q = WaitQueues::default();
+        assert!(q.push(name("a"), 1, "first"));
+        assert!(!q.push(name("b"), 1, "second"));
+        assert_eq!(q.total(), 1);
+        assert!(q.is_waiting(1));
+    }
+
+    #[test]
+    fn a_client_that_left_is_never_served() {
+        let mut q = WaitQueues::default();
+        for id in 1..=3 {
+            q.push(name("k"), id, ());
+        }
+        assert_eq!(q.remove(2), Some((name("k"), ())));
+        assert_eq!(q.remove(2), None);
+        assert_eq!(q.len(&name("k")), 2);
+        assert_eq!(q.pop(&name("k")).map(|w| w.0), Some(1));
+        assert_eq!(q.pop(&name("k")).map(|w| w.0), Some(3));
+        assert_eq!(q.pop(&name("k")), None);
+    }
+
+    #[test]
+    fn the_last_waiter_leaving_frees_the_queue() {
+        let mut q = WaitQueues::default();
+        q.push(name("k"), 1, ());
+        q.remove(1);
+        assert!(!q.has_waiters(&name("k")));
+        assert_eq!(q.total(), 0);
+        assert!(q.names_in(None).is_empty());
+    }
+
+    #[test]
+    fn waiting_again_goes_to_the_back_not_to_the_old_place() {
+        let mut q = WaitQueues::default();
+        q.push(name("k"), 1, "old");
+        q.push(name("k"), 2, "two");
+        q.remove(1); // timed out: its slot is now a tombstone
+        q.push(name("k"), 1, "new"); // and waits again, behind 2
+        assert_eq!(q.pop(&name("k")), Some((2, "two")));
+        assert_eq!(q.pop(&name("k")), Some((1, "new")));
+    }
+
+    #[test]
+    fn tombstones_do_not_pile_up() {
+        let mut q = WaitQueues::default();
+        q.push(name("k"), 0, ());
+        for id in 1..10_000 {
+            q.push(name("k"), id, ());
+            q.remove(id);
+        }
+        let queue = &q.queues[&name("k")];
+        assert_eq!(queue.live, 1);
+        assert!(
+            queue.order.len() <= 2 * queue.live + 17,
+            "{}",
+            queue.order.len()
+        );
+        assert_eq!(q.pop(&name("k")).map(|w| w.0), Some(0));
+    }
+}
