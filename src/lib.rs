@@ -28,41 +28,45 @@ pub mod lock;
 pub mod queue;
 pub mod stats;
 
-use redis_module::{redis_module, Context, RedisString, Status};
+// Unit tests run without Redis, so they use the system allocator and skip
+// the registration; the module allocates through Redis so that `used_memory`
+// and `MEMORY USAGE` count its data.
+#[cfg(not(test))]
+mod registration {
+    use redis_module::{redis_module, Context, RedisString, Status};
 
-use crate::ffi::datatype::LOCK_TYPE;
+    use crate::commands;
+    use crate::ffi::{self, datatype::LOCK_TYPE};
 
-/// Module load: panic hook and keyspace subscriptions (commands and the data
-/// type are registered by the macro below).
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    ffi::install_panic_hook();
-    ffi::register_info(ctx.ctx);
-    match ffi::events::subscribe(ctx) {
-        Ok(()) => Status::Ok,
-        Err(why) => {
-            ctx.log_warning(&format!("lock: {why}"));
-            Status::Err
+    /// Module load: panic hook, INFO section and subscriptions to server
+    /// events (commands and the data type are registered by the macro).
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        ffi::install_panic_hook();
+        ffi::register_info(ctx.ctx);
+        match ffi::events::subscribe(ctx) {
+            Ok(()) => Status::Ok,
+            Err(why) => {
+                ctx.log_warning(&format!("lock: {why}"));
+                Status::Err
+            }
         }
     }
-}
 
-// Unit tests run without Redis, so they use the system allocator; the module
-// allocates through Redis so `used_memory` and `MEMORY USAGE` count its data.
-#[cfg(not(test))]
-redis_module! {
-    name: "lock",
-    version: 1,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-    data_types: [LOCK_TYPE],
-    init: init,
-    commands: [
-        // [name, handler, flags, first key, last key, key step, ACL categories]
-        // ACL categories stay empty: Redis 7.0 lacks the API to set them.
-        ["lock.acquire", commands::acquire, "write deny-oom", 1, 1, 1, ""],
-        ["lock.reenter", commands::reenter, "write deny-oom", 1, 1, 1, ""],
-        ["lock.release", commands::release, "write", 1, 1, 1, ""],
-        ["lock.renew", commands::renew, "write", 1, 1, 1, ""],
-        ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
-        ["lock.apply", commands::apply, "write", 1, 1, 1, ""],
-    ],
+    redis_module! {
+        name: "lock",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [LOCK_TYPE],
+        init: init,
+        commands: [
+            // [name, handler, flags, first key, last key, key step, ACL categories]
+            // ACL categories stay empty: Redis 7.0 lacks the API to set them.
+            ["lock.acquire", commands::acquire, "write deny-oom", 1, 1, 1, ""],
+            ["lock.reenter", commands::reenter, "write deny-oom", 1, 1, 1, ""],
+            ["lock.release", commands::release, "write", 1, 1, 1, ""],
+            ["lock.renew", commands::renew, "write", 1, 1, 1, ""],
+            ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
+            ["lock.apply", commands::apply, "write", 1, 1, 1, ""],
+        ],
+    }
 }
