@@ -25,7 +25,6 @@ build: deps ## Build the module in release mode (target/release/libredislock.so)
 	cargo build --release
 
 run: build ## Build, then start redis-server (port 6390, loopback) with the module loaded
-	mkdir -p tmp
 	redis-server redis.conf
 
 test: build ## Run every test: unit tests of the core, then integration tests on real servers
@@ -43,4 +42,4 @@ lint: ## rustfmt and clippy, as before every commit
 
 clean: ## Remove build output and local data files
 	cargo clean
-	rm -rf tmp
+	rm -rf dump.rdb appendonlydir
