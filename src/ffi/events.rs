@@ -1,23 +1,26 @@
 //! What the module hears from the server: keyspace notifications and the
 //! flush, swap-db and loading server events.
 //!
-//! Two uses. (1) A lock with waiters can be freed by any command (`DEL`,
+//! Three uses. (1) A lock with waiters can be freed by any command (`DEL`,
 //! `RENAME`, `MOVE`, eviction, a flush…): every notification about such a
 //! key schedules a look at it ([`waiting::schedule`]); callbacks must not
 //! write, so the hand-off itself runs later, on a timer. (2) Redis tells a
 //! data type that a key left the keyspace (`unlink2`) but not why; the
 //! `expired` notification that follows tells why: pairing the two counts
-//! leases that ended while held.
+//! leases that ended while held. (3) At the end of loading, the fence
+//! counter is re-based on the clock (see [`on_server_event`]).
 
 use std::cell::RefCell;
 use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::ffi::waiting;
-use crate::stats;
+use crate::ffi::{now_ms, waiting};
+use crate::{fence, stats};
 
 thread_local! {
+    /// Whether the load under way is the server's own AOF.
+    static LOADING_AOF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The last lock key unlinked (db, name), on the main thread. Its buffer
     /// is reused, so tracking costs no allocation per deletion.
     static LAST_UNLINKED: RefCell<(c_int, Vec<u8>)> = const { RefCell::new((-1, Vec::new())) };
@@ -125,7 +128,21 @@ extern "C" fn on_server_event(
             let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
             vec![Some(info.dbnum_first), Some(info.dbnum_second)]
         }
-        (raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_ENDED) => vec![None],
+        (raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_AOF_START) => {
+            LOADING_AOF.set(true);
+            return;
+        }
+        (raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_ENDED) => {
+            if LOADING_AOF.replace(false) {
+                // A pure AOF carries no fence counter (aux data is RDB-only)
+                // and its rewrite keeps only the locks still held: re-base
+                // the counter on the clock, which is past every fence this
+                // server issued before it stopped. Not for a replica's sync:
+                // a replica keeps exactly its master's counter.
+                fence::observe(fence::next(0, now_ms()));
+            }
+            vec![None]
+        }
         _ => return,
     };
     for db in dbs {
