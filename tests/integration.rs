@@ -1,0 +1,37 @@
+//! Integration tests: the module loaded into a real `redis-server`, driven over
+//! TCP as a client would, against the contract in SPEC.md.
+//!
+//! Every test starts its own server(s) on a free loopback port with a temp dir
+//! of its own (see `harness`), so tests run in parallel. The module must be
+//! built first: `cargo build --release` (`make test` does it), or point
+//! `LOCK_MODULE` at another build. A failing test prints its servers' logs.
+//!
+//! The areas live in `tests/integration/`; `#[path]` puts them there, as a
+//! test crate's root would otherwise look for them beside itself.
+
+// The harness serves every area, including ones that use only part of it.
+#[allow(dead_code)]
+#[path = "integration/harness.rs"]
+mod harness;
+
+/// Every reply of the five commands, fencing, and the decided corner cases.
+#[path = "integration/commands.rs"]
+mod commands;
+/// Bad input (SPEC §9): each error, the order of checks, and that an error
+/// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
+#[path = "integration/errors.rs"]
+mod errors;
+/// Thousands of random argument vectors: the server answers each and survives.
+#[path = "integration/fuzz.rs"]
+mod fuzz;
+/// The `INFO lock` section: gauges and counters.
+#[path = "integration/info.rs"]
+mod info;
+/// RDB, AOF (with and without the RDB preamble), `DEBUG RELOAD`, `DUMP`/`RESTORE`,
+/// `COPY`, and restarts with persistence off.
+#[path = "integration/persistence.rs"]
+mod persistence;
+/// Master and replica hold the same state; a read-only replica refuses writes;
+/// a promoted replica keeps fences rising.
+#[path = "integration/replication.rs"]
+mod replication;
