@@ -6,6 +6,7 @@
 //! | file | what lives there | touches Redis? |
 //! |---|---|---|
 //! | [`args`] | argument vectors → typed requests, every §9 rule | no |
+//! | [`cluster`] | hash slots and `MIGRATE` arguments, for slot migration | no |
 //! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
 //! | [`queue`] | the FIFO of clients waiting on each lock | no |
@@ -20,6 +21,7 @@
 //! they store the master's decision instead of deciding again.
 
 pub mod args;
+pub mod cluster;
 pub mod commands;
 pub mod error;
 pub mod fence;
@@ -43,6 +45,7 @@ mod registration {
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ffi::install_panic_hook();
         ffi::register_info(ctx.ctx);
+        ffi::events::watch_migrations(ctx);
         match ffi::events::subscribe(ctx) {
             Ok(()) => Status::Ok,
             Err(why) => {

@@ -16,7 +16,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::{raw, Context, RedisString};
 
 use crate::ffi::{now_ms, waiting};
-use crate::{fence, stats};
+use crate::{cluster, fence, stats};
 
 thread_local! {
     /// Whether the load under way is the server's own AOF.
@@ -105,9 +105,68 @@ extern "C" fn on_keyspace_event(
         stats::EXPIRED_HELD.incr();
     }
     if waiting::anyone_waiting() {
-        waiting::schedule(ctx, (db, name.to_vec()));
+        let name = (db, name.to_vec());
+        match migrated_to(event, &name) {
+            Some(target) => {
+                let error = format!("ASK {} {target}", cluster::key_slot(&name.1));
+                waiting::redirect(ctx, &name, &error);
+            }
+            None => waiting::schedule(ctx, name),
+        }
     }
     raw::Status::Ok as c_int
+}
+
+/// Registers the `MIGRATE` watcher. Only in cluster mode: that is where a
+/// lock's waiters must follow it to another node (elsewhere a `MIGRATE`
+/// frees the lock here like a `DEL`), and it costs a call per command.
+pub fn watch_migrations(ctx: &Context) {
+    // SAFETY: called at module load with its context; the filter is a plain
+    // function that lives as long as the module.
+    unsafe {
+        let flags = raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx.ctx));
+        if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0 {
+            if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+                register(ctx.ctx, Some(migrate_filter), 0);
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The `MIGRATE` being run: its target and keys. Set when the command
+    /// passes the filter, read by the `del` notifications it causes, and
+    /// forgotten when the next command passes the filter.
+    static MIGRATION: RefCell<Option<(String, Vec<Vec<u8>>)>> = const { RefCell::new(None) };
+}
+
+/// Sees every command before it runs (cluster mode): remembers a `MIGRATE`.
+extern "C" fn migrate_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: Redis passes a live filter context; argument pointers stay
+    // valid during this call, and we copy what we keep.
+    let args: Vec<&[u8]> = unsafe {
+        let count = raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(fctx));
+        let get = raw::RedisModule_CommandFilterArgGet;
+        (0..count)
+            .filter_map(|i| get.map(|f| f(fctx, i)))
+            .filter(|arg| !arg.is_null())
+            .map(|arg| RedisString::string_as_slice(arg))
+            .collect()
+    };
+    let migration = cluster::migration(&args)
+        .map(|m| (m.target, m.keys.into_iter().map(<[u8]>::to_vec).collect()));
+    MIGRATION.set(migration);
+}
+
+/// The `host:port` a lock went to, if this `del` is `MIGRATE` moving it.
+fn migrated_to(event: &[u8], name: &(c_int, Vec<u8>)) -> Option<String> {
+    if event != b"del" {
+        return None;
+    }
+    MIGRATION.with_borrow(|migration| {
+        let (target, keys) = migration.as_ref()?;
+        keys.contains(&name.1).then(|| target.clone())
+    })
 }
 
 /// Flush, swap-db and end of loading: any lock with waiters may be free now.

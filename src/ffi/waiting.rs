@@ -21,6 +21,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
@@ -45,6 +46,9 @@ struct Waiter {
 enum Outcome {
     Granted(u64),
     TimedOut,
+    /// The lock moved to another cluster node: an error such as
+    /// `ASK slot host:port` that a cluster client follows.
+    Redirect(CString),
 }
 
 #[derive(Default)]
@@ -254,6 +258,20 @@ fn serve(ctx: &Context, name: &LockName) {
     }
 }
 
+/// `name` is leaving this node (a cluster slot migration): every client
+/// waiting on it is answered `error` instead of being handed a lock this node
+/// no longer has.
+pub fn redirect(ctx: *mut raw::RedisModuleCtx, name: &LockName, error: &str) {
+    let Ok(error) = CString::new(error) else {
+        return;
+    };
+    while let Some((_, waiter)) = with(|s| s.queues.pop(name)) {
+        stats::WAITING.add(-1);
+        stop_deadline(ctx, waiter.deadline);
+        unblock(waiter.client, Some(Outcome::Redirect(error.clone())));
+    }
+}
+
 /// Takes back a grant whose client never got the reply: frees the lock if it
 /// is still that grant, and serves the next waiter.
 fn revoke(ctx: &Context, name: &LockName, owner: &[u8], fence: u64) {
@@ -388,6 +406,9 @@ extern "C" fn reply_cb(
                 Some(Outcome::Granted(fence)) => {
                     let fence = i64::try_from(*fence).unwrap_or(i64::MAX);
                     raw::RedisModule_ReplyWithLongLong.map(|f| f(ctx, fence));
+                }
+                Some(Outcome::Redirect(error)) => {
+                    raw::RedisModule_ReplyWithError.map(|f| f(ctx, error.as_ptr()));
                 }
                 Some(Outcome::TimedOut) | None => {
                     raw::RedisModule_ReplyWithNull.map(|f| f(ctx));
