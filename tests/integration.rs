@@ -27,6 +27,10 @@ mod fuzz;
 /// The `INFO lock` section: gauges and counters.
 #[path = "integration/info.rs"]
 mod info;
+/// The oversell test: 16 worker processes (`examples/oversell_worker.rs`)
+/// sell a stock of 500 under the lock; not one item more.
+#[path = "integration/oversell.rs"]
+mod oversell;
 /// RDB, AOF (with and without the RDB preamble), `DEBUG RELOAD`, `DUMP`/`RESTORE`,
 /// `COPY`, and restarts with persistence off.
 #[path = "integration/persistence.rs"]
@@ -35,3 +39,7 @@ mod persistence;
 /// a promoted replica keeps fences rising.
 #[path = "integration/replication.rs"]
 mod replication;
+/// Blocked waiters (`LOCK.ACQUIRE … WAIT`): FIFO hand-off on every way a lock
+/// frees, no barging, timeouts, unblock and disconnect, replication, reloads.
+#[path = "integration/waiting.rs"]
+mod waiting;
