@@ -14,6 +14,10 @@
 #[path = "integration/harness.rs"]
 mod harness;
 
+/// Redis Cluster: routing by key, hash tags, slot migration with locks held
+/// and clients waiting, and failover of a master to its replica.
+#[path = "integration/cluster.rs"]
+mod cluster;
 /// Every reply of the five commands, fencing, and the decided corner cases.
 #[path = "integration/commands.rs"]
 mod commands;
@@ -21,6 +25,10 @@ mod commands;
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 #[path = "integration/errors.rs"]
 mod errors;
+/// Sentinel-style promotion of a plain replica (`REPLICAOF NO ONE`): locks,
+/// fences and waiters on the new master.
+#[path = "integration/failover.rs"]
+mod failover;
 /// Thousands of random argument vectors: the server answers each and survives.
 #[path = "integration/fuzz.rs"]
 mod fuzz;

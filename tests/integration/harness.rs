@@ -8,9 +8,16 @@
 //! - [`Call`] extends `redis::Connection` with one-line commands whose error
 //!   replies come back as text (`"NOTOWNER ..."`), and a [`LockInfo`] reader.
 //! - [`wait_until`] polls observable state; tests never sleep for a fixed time.
+//! - [`wait_on`] sends a blocking `LOCK.ACQUIRE … WAIT` from a thread of its
+//!   own, on a plain or a cluster connection.
+//! - [`ServerBuilder::cluster_node`] makes a Redis Cluster node: its port and
+//!   its cluster bus port (port + 10000) are both free.
 //!
-//! Environment: `LOCK_MODULE` overrides the module path, `REDIS_SERVER` and
-//! `REDIS_CLI` the binaries (default: from `PATH`).
+//! Environment: `LOCK_MODULE` overrides the module path; `LOCK_SERVER` and
+//! `LOCK_CLI` the server and cli binaries (default: `redis-server` and
+//! `redis-cli` from `PATH`; `make test` runs the suite again with Valkey's
+//! `valkey-server` and `valkey-cli`). `REDIS_SERVER` and `REDIS_CLI`, the
+//! older names, still work when the new ones are not set.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -19,7 +26,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, RedisError, ToRedisArgs, Value};
@@ -54,12 +61,21 @@ pub fn module_path() -> PathBuf {
     path
 }
 
-fn redis_server_bin() -> String {
-    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+/// The server binary: `LOCK_SERVER`, else `REDIS_SERVER`, else `redis-server`.
+pub fn server_bin() -> String {
+    env_or(&["LOCK_SERVER", "REDIS_SERVER"], "redis-server")
 }
 
-fn redis_cli_bin() -> String {
-    std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+/// The cli binary: `LOCK_CLI`, else `REDIS_CLI`, else `redis-cli`.
+pub fn cli_bin() -> String {
+    env_or(&["LOCK_CLI", "REDIS_CLI"], "redis-cli")
+}
+
+fn env_or(names: &[&str], default: &str) -> String {
+    names
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| default.into())
 }
 
 /// Milliseconds since the Unix epoch, as the module's fence clock reads them.
@@ -105,6 +121,7 @@ pub enum Stop {
 pub struct ServerBuilder {
     label: String,
     config: Vec<(String, String)>,
+    cluster: bool,
 }
 
 impl ServerBuilder {
@@ -135,6 +152,16 @@ impl ServerBuilder {
     /// [`Server::wait_for_master_link`]).
     pub fn replica_of(self, master: &Server) -> Self {
         self.config("replicaof", format!("127.0.0.1 {}", master.port))
+    }
+
+    /// A Redis Cluster node (`cluster-enabled yes`, its `nodes.conf` in its
+    /// own dir) that declares a silent peer failed after `node_timeout_ms`.
+    /// Its port is chosen so that the cluster bus port, port + 10000, is free
+    /// too.
+    pub fn cluster_node(mut self, node_timeout_ms: u64) -> Self {
+        self.cluster = true;
+        self.config("cluster-enabled", "yes")
+            .config("cluster-node-timeout", node_timeout_ms)
     }
 
     /// Starts the server and waits until it answers `PING`.
@@ -169,7 +196,11 @@ impl ServerBuilder {
         };
         let mut failures = String::new();
         for _ in 0..PORT_ATTEMPTS {
-            server.port = free_port();
+            server.port = if self.cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
             match server.launch() {
                 Ok(()) => return server,
                 Err(why) => {
@@ -195,6 +226,24 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// A loopback port for a cluster node: it and its bus port (+ 10000) are free.
+///
+/// Both come from below the kernel's ephemeral range (32768 and up here and by
+/// default), so no `free_port` server and no outgoing connection takes them:
+/// ports from 10000 to 19999, bus ports from 20000 to 29999, so one node's bus
+/// port is never another node's port.
+fn free_cluster_port() -> u16 {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    loop {
+        let port: u16 = rng.gen_range(10_000..20_000);
+        let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+}
+
 /// One `redis-server` with the module loaded, owned by one test.
 pub struct Server {
     label: String,
@@ -216,6 +265,7 @@ impl Server {
         ServerBuilder {
             label: "server".into(),
             config: Vec::new(),
+            cluster: false,
         }
     }
 
@@ -276,13 +326,13 @@ impl Server {
             .open(self.dir.join("stdout.log"))
             .expect("open stdout.log");
         let errors = output.try_clone().expect("clone stdout.log");
-        let child = Command::new(redis_server_bin())
+        let child = Command::new(server_bin())
             .args(self.args())
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(errors)
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", redis_server_bin()))?;
+            .map_err(|e| format!("cannot run {}: {e}", server_bin()))?;
         self.child = Some(child);
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -449,13 +499,13 @@ impl Server {
     /// Runs `redis-cli --no-raw` with `flags` (e.g. `["-3"]`) then `args`;
     /// returns what it printed, trailing newline removed.
     pub fn cli_with(&self, flags: &[&str], args: &[&str]) -> String {
-        let output = Command::new(redis_cli_bin())
+        let output = Command::new(cli_bin())
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "--no-raw"])
             .args(flags)
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_cli_bin()));
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cli_bin()));
         assert!(
             output.status.success(),
             "redis-cli {args:?} failed: {}",
@@ -670,6 +720,29 @@ pub trait Call {
     fn pttl(&mut self, key: &str) -> i64 {
         self.int(&["PTTL", key])
     }
+
+    /// An integer field of `INFO section` read on this connection, for a
+    /// server that new connections cannot reach (it now wants a password).
+    fn info_int(&mut self, section: &str, name: &str) -> i64 {
+        let info: String = self.value(&["INFO", section]);
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no integer {name} in INFO {section}:\n{info}"))
+    }
+}
+
+/// Through a cluster client: each command goes to the node serving its key
+/// (the key at position 1), following `MOVED` and `ASK` redirections.
+impl Call for redis::cluster::ClusterConnection {
+    fn call<A: ToRedisArgs>(&mut self, args: A) -> Reply {
+        let shown = show_args(&args);
+        let mut cmd = redis::Cmd::new();
+        cmd.arg(args);
+        cmd.query::<Value>(self).map_err(|err| {
+            error_text(&err).unwrap_or_else(|| panic!("{shown}: cluster request failed: {err}"))
+        })
+    }
 }
 
 impl Call for Connection {
@@ -680,6 +753,36 @@ impl Call for Connection {
         cmd.query::<Value>(self).map_err(|err| {
             error_text(&err).unwrap_or_else(|| panic!("{shown}: connection failed: {err}"))
         })
+    }
+}
+
+/// `LOCK.ACQUIRE key owner ttl WAIT timeout` sent on `conn` from a thread
+/// of its own, as it may block; the thread returns the reply. Returns at
+/// once: wait on the server's state (`LOCK.INFO` `waiters`) to know it waits.
+pub fn wait_on<C: Call + Send + 'static>(
+    mut conn: C,
+    key: &str,
+    owner: &str,
+    ttl_ms: i64,
+    timeout_ms: i64,
+) -> JoinHandle<Reply> {
+    let args = [
+        "LOCK.ACQUIRE".to_string(),
+        key.to_string(),
+        owner.to_string(),
+        ttl_ms.to_string(),
+        "WAIT".to_string(),
+        timeout_ms.to_string(),
+    ];
+    thread::spawn(move || conn.call(&args))
+}
+
+/// The fence a waiter ([`wait_on`]) was handed; panics if it got anything
+/// else.
+pub fn handed_fence(waiter: JoinHandle<Reply>, who: &str) -> i64 {
+    match waiter.join().expect("the waiter's thread") {
+        Ok(Value::Int(fence)) => fence,
+        other => panic!("{who} was not handed the lock: {other:?}"),
     }
 }
 
