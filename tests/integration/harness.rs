@@ -766,15 +766,20 @@ pub fn wait_on<C: Call + Send + 'static>(
     ttl_ms: i64,
     timeout_ms: i64,
 ) -> JoinHandle<Reply> {
-    let args = [
+    let args = wait_args(key, owner, ttl_ms, timeout_ms);
+    thread::spawn(move || conn.call(&args))
+}
+
+/// The arguments of `LOCK.ACQUIRE key owner ttl-ms WAIT timeout-ms`.
+pub fn wait_args(key: &str, owner: &str, ttl_ms: i64, timeout_ms: i64) -> [String; 6] {
+    [
         "LOCK.ACQUIRE".to_string(),
         key.to_string(),
         owner.to_string(),
         ttl_ms.to_string(),
         "WAIT".to_string(),
         timeout_ms.to_string(),
-    ];
-    thread::spawn(move || conn.call(&args))
+    ]
 }
 
 /// The fence a waiter ([`wait_on`]) was handed; panics if it got anything

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
-use crate::harness::{error_text, now_ms, wait_until, Call, Server, LONG};
+use crate::harness::{cli_bin, error_text, now_ms, wait_args, wait_until, Call, Server, LONG};
 
 /// How long a test waits for something that should happen at once.
 const SOON: Duration = Duration::from_secs(5);
@@ -64,14 +64,7 @@ impl Waiter {
     /// Sends the command on `conn` from a new thread; returns at once.
     fn send(mut conn: Connection, key: &str, owner: &str, ttl_ms: i64, timeout_ms: i64) -> Waiter {
         let id = conn.int(&["CLIENT", "ID"]);
-        let args = [
-            "LOCK.ACQUIRE".to_string(),
-            key.to_string(),
-            owner.to_string(),
-            ttl_ms.to_string(),
-            "WAIT".to_string(),
-            timeout_ms.to_string(),
-        ];
+        let args = wait_args(key, owner, ttl_ms, timeout_ms);
         let thread = thread::spawn(move || {
             let sent = Instant::now();
             let reply = redis::cmd(&args[0])
@@ -125,10 +118,7 @@ struct CliWaiter(Child);
 
 impl CliWaiter {
     fn start(server: &Server, key: &str, owner: &str) -> CliWaiter {
-        let cli = ["LOCK_CLI", "REDIS_CLI"]
-            .iter()
-            .find_map(|name| std::env::var(name).ok())
-            .unwrap_or_else(|| "redis-cli".into());
+        let cli = cli_bin();
         let port = server.port().to_string();
         let ttl = LONG.to_string();
         let child = Command::new(&cli)
