@@ -4,7 +4,9 @@
 //! the key, asks the core, stores the answer (which also replicates it) and
 //! replies. Errors travel as [`LockError`] and become replies in [`run`].
 
-use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisResult, RedisString, RedisValue};
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
 use crate::args;
 use crate::error::LockError;
@@ -12,48 +14,53 @@ use crate::ffi::datatype::StoredLock;
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms, waiting};
 use crate::lock::{self, Acquire};
+
+const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
+const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
 use crate::{fence, stats};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
 /// (fence) or the timeout passes (nil); never inside MULTI or scripts.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run(ctx, "LOCK.ACQUIRE", &args, |argv| {
+    run("LOCK.ACQUIRE", &args, |argv| {
         let req = args::parse_acquire(argv)?;
         let mut key = LockKey::open(ctx, &args[1], true);
-        let current = key.read()?;
         let now = now_ms();
-        let name = waiting::lock_name(ctx, &args[1]);
-        let holder = current.as_ref().filter(|held| held.is_live(now));
+        let current = key.current()?;
+        let holder_expiry = current
+            .filter(|lock| lock.is_live(now))
+            .map(|lock| lock.hold.expires_at);
         // No barging: a free lock with clients waiting is theirs. (Their
         // hand-off is normally already scheduled; scheduling again is cheap.)
-        let queued = holder.is_none() && waiting::has_waiters(&name);
-        let decision = if queued {
-            waiting::schedule(ctx.ctx, name.clone());
-            Acquire::Busy
-        } else {
-            lock::acquire(current.as_ref(), req.owner, req.ttl_ms, now, || {
-                fence::issue(now)
-            })?
+        let decision = match holder_expiry
+            .is_none()
+            .then(|| waiting::waiting_on(ctx, &args[1]))
+        {
+            Some(Some(name)) => {
+                waiting::schedule(ctx.ctx, name);
+                Acquire::Busy
+            }
+            _ => lock::acquire(current, req.owner, req.ttl_ms, now, || fence::issue(now))?,
         };
         match decision {
-            Acquire::Fresh(held) => {
-                key.store_held(&held);
+            Acquire::Fresh(hold) => {
+                key.apply(req.owner, hold, true);
+                key.notify(NOTIFY_MODULE, c"lock.acquire");
                 stats::ACQUIRED.incr();
-                notify(ctx, "lock.acquire", &args[1]);
-                Ok(fence_reply(held.fence))
+                Ok(integer(hold.fence))
             }
-            Acquire::Reentered(held) => {
-                key.store_held(&held);
+            Acquire::Reentered(hold) => {
+                key.apply(req.owner, hold, true);
+                key.notify(NOTIFY_MODULE, c"lock.reenter");
                 stats::REENTERED.incr();
-                notify(ctx, "lock.reenter", &args[1]);
-                waiting::lease_changed(ctx, &name, held.expires_at);
-                Ok(fence_reply(held.fence))
+                waiting::lease_changed(ctx, &args[1], hold.expires_at);
+                Ok(integer(hold.fence))
             }
             Acquire::Busy => match req.wait_ms {
                 Some(timeout) if waiting::can_block(ctx) => {
-                    let holder_expiry = current.map(|held| held.expires_at);
                     drop(key);
+                    let name = waiting::lock_name(ctx, &args[1]);
                     waiting::block(ctx, name, req.owner, req.ttl_ms, timeout, holder_expiry);
                     Ok(RedisValue::NoReply)
                 }
@@ -65,36 +72,38 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `LOCK.REENTER key owner [ttl-ms]` → the new count.
 pub fn reenter(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run(ctx, "LOCK.REENTER", &args, |argv| {
+    run("LOCK.REENTER", &args, |argv| {
         let req = args::parse_reenter(argv)?;
         let mut key = LockKey::open(ctx, &args[1], true);
-        let held = lock::reenter(key.read()?.as_ref(), req.owner, req.ttl_ms, now_ms())?;
-        key.store_held(&held);
+        let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, now_ms())?;
+        key.apply(req.owner, hold, req.ttl_ms.is_some());
+        key.notify(NOTIFY_MODULE, c"lock.reenter");
         stats::REENTERED.incr();
-        notify(ctx, "lock.reenter", &args[1]);
-        waiting::lease_changed(ctx, &waiting::lock_name(ctx, &args[1]), held.expires_at);
-        Ok(count_reply(held.count))
+        waiting::lease_changed(ctx, &args[1], hold.expires_at);
+        Ok(integer(hold.count))
     })
 }
 
 /// `LOCK.RELEASE key owner [ALL]` → the remaining count (0: now free).
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run(ctx, "LOCK.RELEASE", &args, |argv| {
+    run("LOCK.RELEASE", &args, |argv| {
         let req = args::parse_release(argv)?;
         let mut key = LockKey::open(ctx, &args[1], true);
-        let remaining = lock::release(key.read()?.as_ref(), req.owner, req.all, now_ms())?;
+        let remaining = lock::release(key.current()?, req.owner, req.all, now_ms())?;
+        key.notify(NOTIFY_MODULE, c"lock.release");
         stats::RELEASED.incr();
-        notify(ctx, "lock.release", &args[1]);
         match remaining {
-            Some(held) => {
-                key.store_held(&held);
-                Ok(count_reply(held.count))
+            Some(hold) => {
+                key.apply(req.owner, hold, false);
+                Ok(integer(hold.count))
             }
             None => {
                 key.delete();
+                key.notify(NOTIFY_GENERIC, c"del");
                 drop(key);
-                ctx.notify_keyspace_event(NotifyEvent::GENERIC, "del", &args[1]);
-                waiting::schedule(ctx.ctx, waiting::lock_name(ctx, &args[1]));
+                if let Some(name) = waiting::waiting_on(ctx, &args[1]) {
+                    waiting::schedule(ctx.ctx, name);
+                }
                 Ok(RedisValue::Integer(0))
             }
         }
@@ -103,14 +112,14 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `LOCK.RENEW key owner ttl-ms` → 1.
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run(ctx, "LOCK.RENEW", &args, |argv| {
+    run("LOCK.RENEW", &args, |argv| {
         let req = args::parse_renew(argv)?;
         let mut key = LockKey::open(ctx, &args[1], true);
-        let held = lock::renew(key.read()?.as_ref(), req.owner, req.ttl_ms, now_ms())?;
-        key.store_held(&held);
+        let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, now_ms())?;
+        key.apply(req.owner, hold, true);
+        key.notify(NOTIFY_MODULE, c"lock.renew");
         stats::RENEWED.incr();
-        notify(ctx, "lock.renew", &args[1]);
-        waiting::lease_changed(ctx, &waiting::lock_name(ctx, &args[1]), held.expires_at);
+        waiting::lease_changed(ctx, &args[1], hold.expires_at);
         Ok(RedisValue::Integer(1))
     })
 }
@@ -118,7 +127,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `LOCK.INFO key` → nil if free; else owner, count, fence, ttl, waiters
 /// (a map under RESP3, a flat array under RESP2; fields in this order).
 pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run(ctx, "LOCK.INFO", &args, |argv| {
+    run("LOCK.INFO", &args, |argv| {
         args::parse_info(argv)?;
         let key = LockKey::open(ctx, &args[1], false);
         let Some(lock) = key.stored()? else {
@@ -126,13 +135,10 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         };
         let fields = [
             ("owner", RedisValue::StringBuffer(lock.owner.to_vec())),
-            ("count", count_reply(lock.count)),
-            ("fence", fence_reply(lock.fence)),
+            ("count", integer(lock.count)),
+            ("fence", integer(lock.fence)),
             ("ttl", RedisValue::Integer(key.ttl_ms())),
-            (
-                "waiters",
-                count_reply(waiting::waiters(&waiting::lock_name(ctx, &args[1])) as u64),
-            ),
+            ("waiters", integer(waiting::waiters(ctx, &args[1]) as u64)),
         ];
         // The crate's map replies do not keep field order, so reply by hand;
         // Redis turns a map into a flat array for RESP2 clients.
@@ -149,7 +155,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// master's decision reaches replicas and the AOF. Refused from clients, so
 /// nobody can forge a lock or a fence with it.
 pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run(ctx, "LOCK.APPLY", &args, |argv| {
+    run("LOCK.APPLY", &args, |argv| {
         let flags = ctx.get_flags();
         if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
             return Err(LockError::InternalCommand);
@@ -175,14 +181,12 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// Runs one command body with the boundary rules: argument bytes in, errors
 /// mapped to replies (and `NOTOWNER` counted), panics caught and logged.
 fn run(
-    ctx: &Context,
     name: &str,
     args: &[RedisString],
     body: impl FnOnce(&[&[u8]]) -> Result<RedisValue, LockError>,
 ) -> RedisResult {
     let argv: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     let result = guard(name, Err(LockError::Internal), || body(&argv));
-    let _ = ctx;
     result.map_err(|err| {
         if err == LockError::NotOwner {
             stats::NOTOWNER.incr();
@@ -191,15 +195,7 @@ fn run(
     })
 }
 
-/// A keyspace notification of the module class, for users who listen.
-fn notify(ctx: &Context, event: &str, key: &RedisString) {
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);
-}
-
-fn fence_reply(fence: u64) -> RedisValue {
-    RedisValue::Integer(i64::try_from(fence).unwrap_or(i64::MAX))
-}
-
-fn count_reply(count: u64) -> RedisValue {
-    RedisValue::Integer(i64::try_from(count).unwrap_or(i64::MAX))
+/// Counts, fences: unsigned here, signed integers in RESP.
+fn integer(n: u64) -> RedisValue {
+    RedisValue::Integer(i64::try_from(n).unwrap_or(i64::MAX))
 }

@@ -1,18 +1,16 @@
 //! The lock state machine: acquire, reenter, release, renew and lease end.
 //!
-//! Pure: no Redis, time passed in as `now_ms`. The glue reads a key into a
-//! [`Held`] (value + the key's absolute expiry), asks one of the functions
-//! below what happens, and writes the answer back to the key and to the
-//! replication stream. Because every decision is a value, the same `Held` the
-//! master stores is what replicas and the AOF receive.
+//! Pure: no Redis, time passed in as `now_ms`. The glue shows the core the
+//! lock in a key as a [`Lock`] (owner borrowed from the key, plus the key's
+//! absolute expiry), and the core answers with the [`Hold`] to store — a small
+//! `Copy` value, so deciding allocates nothing. The same `Hold` the master
+//! stores is what replicas and the AOF receive.
 
 use crate::error::LockError;
 
-/// One held lock: who holds it, how many times, its fence and its lease end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
-    /// The owner token, binary-safe, 1..=1024 bytes.
-    pub owner: Vec<u8>,
+/// The numbers of a hold: how many times, its fence, its lease end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
     /// Reentrancy count, at least 1.
     pub count: u64,
     /// The fencing token issued when this hold began fresh.
@@ -21,25 +19,27 @@ pub struct Held {
     pub expires_at: u64,
 }
 
-impl Held {
-    /// Whether `owner` holds this lock at `now_ms`.
-    fn is_held_by(&self, owner: &[u8], now_ms: u64) -> bool {
-        self.owner == owner && self.is_live(now_ms)
-    }
+/// A lock as it is now: who holds it, and the hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lock<'a> {
+    pub owner: &'a [u8],
+    pub hold: Hold,
+}
 
+impl Lock<'_> {
     /// Whether the lease is still running at `now_ms`.
     pub fn is_live(&self, now_ms: u64) -> bool {
-        self.expires_at > now_ms
+        self.hold.expires_at > now_ms
     }
 }
 
 /// What `LOCK.ACQUIRE` decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquire {
     /// The lock was free (or its lease had ended): a new hold with a new fence.
-    Fresh(Held),
+    Fresh(Hold),
     /// The caller already held it: count + 1, lease reset, same fence.
-    Reentered(Held),
+    Reentered(Hold),
     /// Someone else holds it.
     Busy,
 }
@@ -47,23 +47,22 @@ pub enum Acquire {
 /// `LOCK.ACQUIRE`: take a free lock, or reenter one the caller holds.
 /// `issue_fence` is called only for a fresh hold.
 pub fn acquire(
-    current: Option<&Held>,
+    current: Option<Lock>,
     owner: &[u8],
     ttl_ms: u64,
     now_ms: u64,
     issue_fence: impl FnOnce() -> u64,
 ) -> Result<Acquire, LockError> {
-    match current.filter(|held| held.is_live(now_ms)) {
-        None => Ok(Acquire::Fresh(Held {
-            owner: owner.to_vec(),
+    match current.filter(|lock| lock.is_live(now_ms)) {
+        None => Ok(Acquire::Fresh(Hold {
             count: 1,
             fence: issue_fence(),
             expires_at: now_ms.saturating_add(ttl_ms),
         })),
-        Some(held) if held.owner == owner => Ok(Acquire::Reentered(Held {
-            count: increment(held.count)?,
+        Some(lock) if lock.owner == owner => Ok(Acquire::Reentered(Hold {
+            count: increment(lock.hold.count)?,
             expires_at: now_ms.saturating_add(ttl_ms),
-            ..held.clone()
+            ..lock.hold
         })),
         Some(_) => Ok(Acquire::Busy),
     }
@@ -71,52 +70,50 @@ pub fn acquire(
 
 /// `LOCK.REENTER`: count + 1 for the current owner, lease reset if `ttl_ms`.
 pub fn reenter(
-    current: Option<&Held>,
+    current: Option<Lock>,
     owner: &[u8],
     ttl_ms: Option<u64>,
     now_ms: u64,
-) -> Result<Held, LockError> {
-    let held = owned(current, owner, now_ms)?;
-    Ok(Held {
-        count: increment(held.count)?,
-        expires_at: ttl_ms.map_or(held.expires_at, |ttl| now_ms.saturating_add(ttl)),
-        ..held.clone()
+) -> Result<Hold, LockError> {
+    let hold = owned(current, owner, now_ms)?;
+    Ok(Hold {
+        count: increment(hold.count)?,
+        expires_at: ttl_ms.map_or(hold.expires_at, |ttl| now_ms.saturating_add(ttl)),
+        ..hold
     })
 }
 
 /// `LOCK.RELEASE`: count − 1 (or to 0 with `all`). `None`: the lock is free.
 pub fn release(
-    current: Option<&Held>,
+    current: Option<Lock>,
     owner: &[u8],
     all: bool,
     now_ms: u64,
-) -> Result<Option<Held>, LockError> {
-    let held = owned(current, owner, now_ms)?;
-    let count = if all { 0 } else { held.count - 1 };
-    Ok((count > 0).then(|| Held {
-        count,
-        ..held.clone()
-    }))
+) -> Result<Option<Hold>, LockError> {
+    let hold = owned(current, owner, now_ms)?;
+    let count = if all { 0 } else { hold.count - 1 };
+    Ok((count > 0).then_some(Hold { count, ..hold }))
 }
 
 /// `LOCK.RENEW`: the lease becomes `ttl_ms` from now; count and fence kept.
 pub fn renew(
-    current: Option<&Held>,
+    current: Option<Lock>,
     owner: &[u8],
     ttl_ms: u64,
     now_ms: u64,
-) -> Result<Held, LockError> {
-    let held = owned(current, owner, now_ms)?;
-    Ok(Held {
+) -> Result<Hold, LockError> {
+    let hold = owned(current, owner, now_ms)?;
+    Ok(Hold {
         expires_at: now_ms.saturating_add(ttl_ms),
-        ..held.clone()
+        ..hold
     })
 }
 
 /// The hold, if `owner` has it now; `NOTOWNER` otherwise.
-fn owned<'a>(current: Option<&'a Held>, owner: &[u8], now_ms: u64) -> Result<&'a Held, LockError> {
+fn owned(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Result<Hold, LockError> {
     current
-        .filter(|held| held.is_held_by(owner, now_ms))
+        .filter(|lock| lock.owner == owner && lock.is_live(now_ms))
+        .map(|lock| lock.hold)
         .ok_or(LockError::NotOwner)
 }
 
@@ -135,13 +132,19 @@ mod tests {
     const NOW: u64 = 1_000_000;
     const FENCE: u64 = 77;
 
-    fn held(owner: &str, count: u64, expires_at: u64) -> Held {
-        Held {
-            owner: owner.as_bytes().to_vec(),
+    fn hold(count: u64, expires_at: u64) -> Hold {
+        Hold {
             count,
             fence: FENCE,
             expires_at,
         }
+    }
+
+    fn lock(owner: &str, count: u64, expires_at: u64) -> Option<Lock<'_>> {
+        Some(Lock {
+            owner: owner.as_bytes(),
+            hold: hold(count, expires_at),
+        })
     }
 
     fn no_fence() -> u64 {
@@ -153,107 +156,90 @@ mod tests {
         let got = acquire(None, b"a", 500, NOW, || 9).unwrap();
         assert_eq!(
             got,
-            Acquire::Fresh(Held {
+            Acquire::Fresh(Hold {
+                count: 1,
                 fence: 9,
-                ..held("a", 1, NOW + 500)
+                expires_at: NOW + 500
             })
         );
     }
 
     #[test]
     fn acquire_after_lease_end_is_fresh() {
-        let old = held("a", 3, NOW);
-        let got = acquire(Some(&old), b"b", 10, NOW, || 10).unwrap();
+        let got = acquire(lock("a", 3, NOW), b"b", 10, NOW, || 10).unwrap();
         assert_eq!(
             got,
-            Acquire::Fresh(Held {
+            Acquire::Fresh(Hold {
+                count: 1,
                 fence: 10,
-                ..held("b", 1, NOW + 10)
+                expires_at: NOW + 10
             })
         );
     }
 
     #[test]
     fn acquire_by_holder_reenters_with_same_fence_and_new_lease() {
-        let cur = held("a", 2, NOW + 5);
-        let got = acquire(Some(&cur), b"a", 1_000, NOW, no_fence).unwrap();
-        assert_eq!(got, Acquire::Reentered(held("a", 3, NOW + 1_000)));
+        let got = acquire(lock("a", 2, NOW + 5), b"a", 1_000, NOW, no_fence).unwrap();
+        assert_eq!(got, Acquire::Reentered(hold(3, NOW + 1_000)));
     }
 
     #[test]
     fn acquire_by_other_owner_is_busy() {
-        let cur = held("a", 1, NOW + 5);
         assert_eq!(
-            acquire(Some(&cur), b"b", 10, NOW, no_fence),
+            acquire(lock("a", 1, NOW + 5), b"b", 10, NOW, no_fence),
             Ok(Acquire::Busy)
         );
     }
 
     #[test]
     fn owners_compare_as_bytes() {
-        let cur = held("a", 1, NOW + 5);
-        assert_eq!(
-            acquire(Some(&cur), b"A", 10, NOW, no_fence),
-            Ok(Acquire::Busy)
-        );
-        assert_eq!(
-            acquire(Some(&cur), b"a\0", 10, NOW, no_fence),
-            Ok(Acquire::Busy)
-        );
+        let cur = lock("a", 1, NOW + 5);
+        assert_eq!(acquire(cur, b"A", 10, NOW, no_fence), Ok(Acquire::Busy));
+        assert_eq!(acquire(cur, b"a\0", 10, NOW, no_fence), Ok(Acquire::Busy));
     }
 
     #[test]
     fn reenter_counts_up_and_optionally_resets_the_lease() {
-        let cur = held("a", 1, NOW + 5);
-        assert_eq!(
-            reenter(Some(&cur), b"a", None, NOW),
-            Ok(held("a", 2, NOW + 5))
-        );
-        assert_eq!(
-            reenter(Some(&cur), b"a", Some(90), NOW),
-            Ok(held("a", 2, NOW + 90))
-        );
+        let cur = lock("a", 1, NOW + 5);
+        assert_eq!(reenter(cur, b"a", None, NOW), Ok(hold(2, NOW + 5)));
+        assert_eq!(reenter(cur, b"a", Some(90), NOW), Ok(hold(2, NOW + 90)));
     }
 
     #[test]
     fn reenter_never_acquires() {
         assert_eq!(reenter(None, b"a", None, NOW), Err(LockError::NotOwner));
-        let ended = held("a", 1, NOW);
         assert_eq!(
-            reenter(Some(&ended), b"a", Some(5), NOW),
+            reenter(lock("a", 1, NOW), b"a", Some(5), NOW),
             Err(LockError::NotOwner)
         );
-        let other = held("b", 1, NOW + 5);
         assert_eq!(
-            reenter(Some(&other), b"a", None, NOW),
+            reenter(lock("b", 1, NOW + 5), b"a", None, NOW),
             Err(LockError::NotOwner)
         );
     }
 
     #[test]
     fn release_counts_down_to_free() {
-        let cur = held("a", 2, NOW + 5);
-        let once = release(Some(&cur), b"a", false, NOW).unwrap();
-        assert_eq!(once, Some(held("a", 1, NOW + 5)));
-        assert_eq!(release(once.as_ref(), b"a", false, NOW), Ok(None));
+        let once = release(lock("a", 2, NOW + 5), b"a", false, NOW).unwrap();
+        assert_eq!(once, Some(hold(1, NOW + 5)));
+        let again = once.map(|hold| Lock { owner: b"a", hold });
+        assert_eq!(release(again, b"a", false, NOW), Ok(None));
     }
 
     #[test]
     fn release_all_frees_at_once() {
-        let cur = held("a", 3, NOW + 5);
-        assert_eq!(release(Some(&cur), b"a", true, NOW), Ok(None));
+        assert_eq!(release(lock("a", 3, NOW + 5), b"a", true, NOW), Ok(None));
     }
 
     #[test]
     fn only_the_live_owner_may_release_renew_or_reenter() {
-        let table: [(Option<Held>, &str); 4] = [
+        let table = [
             (None, "free lock"),
-            (Some(held("b", 1, NOW + 5)), "other owner"),
-            (Some(held("a", 1, NOW)), "lease ended exactly now"),
-            (Some(held("a", 1, NOW - 1)), "lease ended before"),
+            (lock("b", 1, NOW + 5), "other owner"),
+            (lock("a", 1, NOW), "lease ended exactly now"),
+            (lock("a", 1, NOW - 1), "lease ended before"),
         ];
         for (cur, case) in table {
-            let cur = cur.as_ref();
             assert_eq!(
                 release(cur, b"a", false, NOW),
                 Err(LockError::NotOwner),
@@ -275,22 +261,18 @@ mod tests {
 
     #[test]
     fn renew_moves_only_the_lease() {
-        let cur = held("a", 4, NOW + 5);
         assert_eq!(
-            renew(Some(&cur), b"a", 60_000, NOW),
-            Ok(held("a", 4, NOW + 60_000))
+            renew(lock("a", 4, NOW + 5), b"a", 60_000, NOW),
+            Ok(hold(4, NOW + 60_000))
         );
     }
 
     #[test]
     fn count_never_wraps() {
-        let cur = held("a", i64::MAX as u64, NOW + 5);
+        let cur = lock("a", i64::MAX as u64, NOW + 5);
+        assert_eq!(reenter(cur, b"a", None, NOW), Err(LockError::CountOverflow));
         assert_eq!(
-            reenter(Some(&cur), b"a", None, NOW),
-            Err(LockError::CountOverflow)
-        );
-        assert_eq!(
-            acquire(Some(&cur), b"a", 5, NOW, no_fence),
+            acquire(cur, b"a", 5, NOW, no_fence),
             Err(LockError::CountOverflow)
         );
     }
@@ -300,9 +282,10 @@ mod tests {
         let got = acquire(None, b"a", 10, u64::MAX - 1, || 1).unwrap();
         assert_eq!(
             got,
-            Acquire::Fresh(Held {
+            Acquire::Fresh(Hold {
+                count: 1,
                 fence: 1,
-                ..held("a", 1, u64::MAX)
+                expires_at: u64::MAX
             })
         );
     }

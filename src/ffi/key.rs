@@ -1,14 +1,23 @@
-//! Opening a lock key, reading it as a [`Held`], writing decisions back, and
+//! Opening a lock key, showing it to the core as a [`Lock`], writing decisions back, and
 //! sending each change to replicas and the AOF as an effect.
 
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::LockError;
 use crate::ffi::datatype::{raw_type, StoredLock};
-use crate::lock::Held;
+use crate::ffi::propagation;
+use crate::lock::{Hold, Lock};
+
+/// `RedisModule_Replicate`'s type.
+type ReplicateFn = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *const std::os::raw::c_char,
+    *const std::os::raw::c_char,
+    ...
+) -> c_int;
 
 /// `PTTL`'s "no expiry", and ours for a lock someone `PERSIST`ed.
 const NO_EXPIRE: i64 = -1;
@@ -18,19 +27,36 @@ pub struct LockKey<'a> {
     ctx: &'a Context,
     name: &'a RedisString,
     key: *mut raw::RedisModuleKey,
+    /// Opened by a client's command (not a timer): the command's own argv
+    /// exists, so a change nobody listens to can be marked verbatim.
+    in_command: bool,
 }
 
 impl<'a> LockKey<'a> {
-    /// Opens `name` for reading and writing (`write`) or reading only.
-    /// Opening lazily expires a key whose lease has ended.
+    /// Opens `name` for reading and writing (`write`) or reading only, for
+    /// a client's command. Opening lazily expires a key whose lease has ended.
     pub fn open(ctx: &'a Context, name: &'a RedisString, write: bool) -> LockKey<'a> {
+        Self::open_with(ctx, name, write, true)
+    }
+
+    /// Opens `name` for writing from a timer (a hand-off), outside any command.
+    pub fn open_in_timer(ctx: &'a Context, name: &'a RedisString) -> LockKey<'a> {
+        Self::open_with(ctx, name, true, false)
+    }
+
+    fn open_with(ctx: &'a Context, name: &'a RedisString, write: bool, in_command: bool) -> Self {
         let mode = if write {
             raw::KeyMode::READ | raw::KeyMode::WRITE
         } else {
             raw::KeyMode::READ
         };
         let key = raw::open_key(ctx.ctx, name.inner, mode);
-        LockKey { ctx, name, key }
+        LockKey {
+            ctx,
+            name,
+            key,
+            in_command,
+        }
     }
 
     /// The lock here: `None` if the key is free, `WRONGTYPE` if it holds
@@ -81,19 +107,19 @@ impl<'a> LockKey<'a> {
         u64::try_from(at).ok()
     }
 
-    /// The lock as the core sees it: value plus absolute lease end.
-    pub fn read(&self) -> Result<Option<Held>, LockError> {
-        let Some(lock) = self.stored()? else {
+    /// The lock here as the core sees it: owner borrowed from the value,
+    /// plus the key's absolute expiry.
+    pub fn current(&self) -> Result<Option<Lock<'_>>, LockError> {
+        let Some(stored) = self.stored()? else {
             return Ok(None);
         };
-        // SAFETY: `self.key` is an open, non-empty key of this context.
-        let expires_at =
-            unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
-        Ok(Some(Held {
-            owner: lock.owner.to_vec(),
-            count: lock.count,
-            fence: lock.fence,
-            expires_at: u64::try_from(expires_at).unwrap_or(u64::MAX),
+        Ok(Some(Lock {
+            owner: &stored.owner,
+            hold: Hold {
+                count: stored.count,
+                fence: stored.fence,
+                expires_at: self.expires_at().unwrap_or(u64::MAX),
+            },
         }))
     }
 
@@ -104,44 +130,34 @@ impl<'a> LockKey<'a> {
             // SAFETY: the key's live value; `&mut self` makes this the only
             // borrow of it.
             Ok(current) if !current.is_null() => unsafe { *current = lock },
-            _ => {
-                let value = lock.into_raw();
-                // SAFETY: the key is open for writing; on failure Redis did
-                // not take the value, so we free it.
-                let status = unsafe {
-                    raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
-                        f(self.key, raw_type(), value)
-                    })
-                };
-                if status != raw::Status::Ok as c_int {
-                    // SAFETY: Redis refused `value`, it is still ours.
-                    drop(unsafe { StoredLock::from_raw(value) });
-                    return;
-                }
-            }
+            _ => self.set_new(lock),
         }
         if let Some(at) = expires_at {
-            let at = i64::try_from(at).unwrap_or(i64::MAX);
-            // SAFETY: the key is open for writing and holds a value now.
-            unsafe {
-                if let Some(set) = raw::RedisModule_SetAbsExpire {
-                    set(self.key, at);
-                }
-            }
+            self.set_expiry(at);
         }
     }
 
-    /// Stores the core's decision and replicates it as `LOCK.APPLY`.
-    pub fn store_held(&mut self, held: &Held) {
-        self.store(
-            StoredLock {
-                owner: held.owner.as_slice().into(),
-                count: held.count,
-                fence: held.fence,
+    /// Stores the core's decision for `owner` and replicates it as
+    /// `LOCK.APPLY`. `lease_changed: false` skips rewriting an unchanged TTL.
+    pub fn apply(&mut self, owner: &[u8], hold: Hold, lease_changed: bool) {
+        match self.value_ptr() {
+            // SAFETY: the key's live value; `&mut self` makes this the only
+            // borrow of it. Same owner (reentry, release, renew): update the
+            // numbers in place, no allocation.
+            Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| *l.owner == *owner) => unsafe {
+                (*current).count = hold.count;
+                (*current).fence = hold.fence;
             },
-            Some(held.expires_at),
-        );
-        replicate_apply(self.ctx, self.name, held);
+            _ => self.set_new(StoredLock {
+                owner: owner.into(),
+                count: hold.count,
+                fence: hold.fence,
+            }),
+        }
+        if lease_changed {
+            self.set_expiry(hold.expires_at);
+        }
+        self.replicate_apply(owner, hold);
     }
 
     /// Deletes the key (the lock is free) and replicates a `DEL`.
@@ -152,7 +168,86 @@ impl<'a> LockKey<'a> {
                 del(self.key);
             }
         }
-        replicate(self.ctx, "DEL", &[self.name.as_slice()]);
+        self.propagate(|ctx, rep| {
+            // SAFETY: "s" takes one RedisModuleString: the live key name.
+            unsafe { rep(ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name.inner) };
+        });
+    }
+
+    /// Sends an effect to replicas and the AOF with `emit`, which gets the
+    /// context and `RedisModule_Replicate`. When nothing would receive it
+    /// (see [`propagation`]), a command only marks the change instead.
+    fn propagate(&self, emit: impl FnOnce(*mut raw::RedisModuleCtx, ReplicateFn)) {
+        // SAFETY: the API table is filled in at load; the context is live.
+        unsafe {
+            if self.in_command && !propagation::needed() {
+                raw::RedisModule_ReplicateVerbatim.map(|f| f(self.ctx.ctx));
+            } else if let Some(rep) = raw::RedisModule_Replicate {
+                emit(self.ctx.ctx, rep);
+            }
+        }
+    }
+
+    /// Publishes a keyspace notification about this key.
+    pub fn notify(&self, class: c_int, event: &CStr) {
+        // SAFETY: a live context, a static C string and a live key name.
+        unsafe {
+            if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+                notify(self.ctx.ctx, class, event.as_ptr(), self.name.inner);
+            }
+        }
+    }
+
+    /// Puts a new lock value in the key, replacing whatever was there.
+    fn set_new(&mut self, lock: StoredLock) {
+        let value = lock.into_raw();
+        // SAFETY: the key is open for writing; on failure Redis did not take
+        // the value, so we free it.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
+                f(self.key, raw_type(), value)
+            })
+        };
+        if status != raw::Status::Ok as c_int {
+            // SAFETY: Redis refused `value`, it is still ours.
+            drop(unsafe { StoredLock::from_raw(value) });
+        }
+    }
+
+    /// Sets the key's absolute expiry (the lease end).
+    fn set_expiry(&self, at: u64) {
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        // SAFETY: the key is open for writing and holds a value now.
+        unsafe {
+            if let Some(set) = raw::RedisModule_SetAbsExpire {
+                set(self.key, at);
+            }
+        }
+    }
+
+    /// Sends the master's decision: `LOCK.APPLY key owner count fence PXAT ms`.
+    /// Replicas and the AOF store exactly this; they never pick a fence.
+    fn replicate_apply(&self, owner: &[u8], hold: Hold) {
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.propagate(|ctx, rep| {
+            // SAFETY: the format "sbllcl" matches the arguments: the key
+            // name, an owner (pointer, length), two long longs, a C string, a
+            // long long. Redis copies them into its own objects.
+            unsafe {
+                rep(
+                    ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sbllcl".as_ptr(),
+                    self.name.inner,
+                    owner.as_ptr(),
+                    owner.len(),
+                    clamp(hold.count),
+                    clamp(hold.fence),
+                    c"PXAT".as_ptr(),
+                    clamp(hold.expires_at),
+                );
+            }
+        });
     }
 }
 
@@ -160,53 +255,6 @@ impl Drop for LockKey<'_> {
     fn drop(&mut self) {
         if !self.key.is_null() {
             raw::close_key(self.key);
-        }
-    }
-}
-
-/// Sends the master's decision: `LOCK.APPLY key owner count fence PXAT ms`.
-/// Replicas and the AOF store exactly this; they never pick a fence.
-fn replicate_apply(ctx: &Context, name: &RedisString, held: &Held) {
-    let (count, fence, at) = (
-        held.count.to_string(),
-        held.fence.to_string(),
-        held.expires_at.min(i64::MAX as u64).to_string(),
-    );
-    replicate(
-        ctx,
-        "LOCK.APPLY",
-        &[
-            name.as_slice(),
-            &held.owner,
-            count.as_bytes(),
-            fence.as_bytes(),
-            b"PXAT",
-            at.as_bytes(),
-        ],
-    );
-}
-
-/// `RedisModule_Replicate` with binary-safe arguments.
-fn replicate(ctx: &Context, command: &str, args: &[&[u8]]) {
-    let Ok(command) = CString::new(command) else {
-        return;
-    };
-    let strings: Vec<RedisString> = args
-        .iter()
-        .map(|a| RedisString::create_from_slice(ctx.ctx, a))
-        .collect();
-    let mut ptrs: Vec<*mut raw::RedisModuleString> = strings.iter().map(|s| s.inner).collect();
-    // SAFETY: format "v" takes an array of RedisModuleString pointers and its
-    // length; `strings` keeps them alive until after the call.
-    unsafe {
-        if let Some(rep) = raw::RedisModule_Replicate {
-            rep(
-                ctx.ctx,
-                command.as_ptr(),
-                c"v".as_ptr(),
-                ptrs.as_mut_ptr(),
-                ptrs.len(),
-            );
         }
     }
 }

@@ -29,7 +29,7 @@ use redis_module::{raw, Context, RedisString};
 
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms};
-use crate::lock::Held;
+use crate::lock::Hold;
 use crate::queue::{LockName, WaitQueues};
 use crate::{fence, stats};
 
@@ -83,13 +83,22 @@ pub fn lock_name(ctx: &Context, key: &RedisString) -> LockName {
     (selected_db(ctx.ctx), key.as_slice().to_vec())
 }
 
-/// How many clients wait on `name`.
-pub fn waiters(name: &LockName) -> usize {
-    with(|s| s.queues.len(name))
+/// How many clients wait on `key` (in the selected database).
+pub fn waiters(ctx: &Context, key: &RedisString) -> usize {
+    waiting_on(ctx, key).map_or(0, |name| with(|s| s.queues.len(&name)))
 }
 
-/// Whether clients wait on `name` (a free lock is then theirs, not a newcomer's).
-pub fn has_waiters(name: &LockName) -> bool {
+/// The lock name of `key` if clients wait on it (a free lock is then
+/// theirs, not a newcomer's). Allocates nothing when nobody waits anywhere.
+pub fn waiting_on(ctx: &Context, key: &RedisString) -> Option<LockName> {
+    if !anyone_waiting() {
+        return None;
+    }
+    let name = lock_name(ctx, key);
+    has_waiters(&name).then_some(name)
+}
+
+fn has_waiters(name: &LockName) -> bool {
     with(|s| s.queues.has_waiters(name))
 }
 
@@ -179,10 +188,10 @@ pub fn schedule_db(ctx: *mut raw::RedisModuleCtx, db: Option<i32>) {
     }
 }
 
-/// The holder's lease of `name` now ends at `at`: check then, if clients wait.
-pub fn lease_changed(ctx: &Context, name: &LockName, at: u64) {
-    if has_waiters(name) {
-        arm_lease_check(ctx.ctx, name.clone(), at);
+/// The holder's lease of `key` now ends at `at`: check then, if clients wait.
+pub fn lease_changed(ctx: &Context, key: &RedisString, at: u64) {
+    if let Some(name) = waiting_on(ctx, key) {
+        arm_lease_check(ctx.ctx, name, at);
     }
 }
 
@@ -218,12 +227,12 @@ fn serve(ctx: &Context, name: &LockName) {
     }
     select_db(ctx.ctx, name.0);
     let key_name = RedisString::create_from_slice(ctx.ctx, &name.1);
-    let mut key = LockKey::open(ctx, &key_name, true);
+    let mut key = LockKey::open_in_timer(ctx, &key_name);
     let now = now_ms();
-    match key.read() {
+    match key.current() {
         Ok(None) => {}
-        Ok(Some(held)) if !held.is_live(now) => {}
-        Ok(Some(held)) => return arm_lease_check(ctx.ctx, name.clone(), held.expires_at),
+        Ok(Some(lock)) if !lock.is_live(now) => {}
+        Ok(Some(lock)) => return arm_lease_check(ctx.ctx, name.clone(), lock.hold.expires_at),
         // Another type (a SET overwrote the lock): wait for that key to go.
         Err(_) => {
             if let Some(at) = key.expires_at() {
@@ -237,24 +246,23 @@ fn serve(ctx: &Context, name: &LockName) {
     };
     stats::WAITING.add(-1);
     stop_deadline(ctx.ctx, waiter.deadline);
-    let held = Held {
-        owner: waiter.owner,
+    let hold = Hold {
         count: 1,
         fence: fence::issue(now),
         expires_at: now.saturating_add(waiter.ttl_ms),
     };
-    key.store_held(&held);
+    key.apply(&waiter.owner, hold, true);
+    key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.acquire");
     drop(key);
     stats::ACQUIRED.incr();
     stats::HANDOFFS.incr();
-    ctx.notify_keyspace_event(redis_module::NotifyEvent::MODULE, "lock.acquire", &key_name);
     with(|s| {
         s.granted
-            .insert(id, (name.clone(), held.owner.clone(), held.fence))
+            .insert(id, (name.clone(), waiter.owner, hold.fence))
     });
-    unblock(waiter.client, Some(Outcome::Granted(held.fence)));
+    unblock(waiter.client, Some(Outcome::Granted(hold.fence)));
     if has_waiters(name) {
-        arm_lease_check(ctx.ctx, name.clone(), held.expires_at);
+        arm_lease_check(ctx.ctx, name.clone(), hold.expires_at);
     }
 }
 
@@ -280,9 +288,9 @@ fn revoke(ctx: &Context, name: &LockName, owner: &[u8], fence: u64) {
     }
     select_db(ctx.ctx, name.0);
     let key_name = RedisString::create_from_slice(ctx.ctx, &name.1);
-    let key = LockKey::open(ctx, &key_name, true);
-    if let Ok(Some(held)) = key.read() {
-        if held.owner == owner && held.fence == fence {
+    let key = LockKey::open_in_timer(ctx, &key_name);
+    if let Ok(Some(lock)) = key.current() {
+        if lock.owner == owner && lock.hold.fence == fence {
             key.delete();
             drop(key);
             schedule(ctx.ctx, name.clone());
