@@ -46,7 +46,7 @@ mod registration {
         ffi::install_panic_hook();
         ffi::register_info(ctx.ctx);
         ffi::events::watch_migrations(ctx);
-        match ffi::events::subscribe(ctx) {
+        match ffi::events::subscribe(ctx).and_then(|()| ffi::propagation::watch(ctx)) {
             Ok(()) => Status::Ok,
             Err(why) => {
                 ctx.log_warning(&format!("lock: {why}"));

@@ -8,6 +8,7 @@
 pub mod datatype;
 pub mod events;
 pub mod key;
+pub mod propagation;
 pub mod waiting;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

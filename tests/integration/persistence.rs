@@ -352,3 +352,30 @@ fn copy_makes_an_independent_lock_with_the_same_state() {
     assert_eq!(c.int(&["COPY", "a", "b"]), 0);
     assert_eq!(c.lock_info("b").expect("held").held(), locks[1].info);
 }
+
+/// Changes count for `save` points even when nothing is replicated, and an
+/// AOF turned on at run time receives every later change.
+#[test]
+fn changes_count_for_save_points_and_reach_an_aof_turned_on_later() {
+    let mut server = Server::start();
+    let mut c = server.conn();
+    let before = server.info_int("persistence", "rdb_changes_since_last_save");
+    c.acquire("k", "alice", LONG).expect("free");
+    c.acquire("k", "alice", LONG).expect("reentry");
+    assert_eq!(c.int(&["LOCK.RELEASE", "k", "alice"]), 1);
+    let after = server.info_int("persistence", "rdb_changes_since_last_save");
+    assert!(after >= before + 3, "dirty went from {before} to {after}");
+
+    c.value::<(), _>(&["CONFIG", "SET", "appendonly", "yes"]);
+    server.wait_for_aof_rewrite();
+    let fence = c.acquire("later", "bob", LONG).expect("free");
+    c.acquire("k", "alice", LONG).expect("reentry");
+    server.set_startup_config("appendonly", "yes");
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(
+        c.lock_info("later").map(|i| i.held()),
+        Some((b"bob".to_vec(), 1, fence))
+    );
+    assert_eq!(c.lock_info("k").map(|i| i.count), Some(2));
+}

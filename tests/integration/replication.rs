@@ -219,3 +219,40 @@ fn promoted_replica_issues_fences_above_every_master_fence() {
     assert_eq!(p.r.int(&["LOCK.RELEASE", "k0", "alice"]), 1);
     assert_eq!(p.replica.info_int("lock", "lock_acquired"), 1);
 }
+
+/// A master that had nobody to replicate to skips building effects (see
+/// `src/ffi/propagation.rs`); once a replica syncs, every change must reach
+/// it again — including with a diskless sync delayed past the first writes.
+#[test]
+fn changes_after_a_replica_attaches_reach_it() {
+    for diskless in ["no", "yes"] {
+        let master = Server::builder()
+            .label("master")
+            .config("repl-diskless-sync", diskless)
+            .config("repl-diskless-sync-delay", 1)
+            .start();
+        let mut m = master.conn();
+        m.acquire("before", "alice", LONG).expect("free");
+        let replica = Server::builder()
+            .label("replica")
+            .replica_of(&master)
+            .start();
+        // Writes while the replica is still syncing, then after.
+        m.acquire("during", "bob", LONG).expect("free");
+        replica.wait_for_master_link();
+        m.acquire("after", "carol", LONG).expect("free");
+        m.acquire("before", "alice", LONG).expect("reentry");
+        assert_eq!(m.int(&["LOCK.RELEASE", "during", "bob"]), 0);
+        m.wait_replicas(1);
+        replica.catch_up_with(&master);
+        let mut r = replica.conn();
+        for key in ["before", "during", "after"] {
+            assert_eq!(
+                r.lock_info(key).map(|i| i.held()),
+                m.lock_info(key).map(|i| i.held()),
+                "{key} (diskless {diskless})"
+            );
+        }
+        assert_eq!(replica.digest(), master.digest(), "diskless {diskless}");
+    }
+}
