@@ -14,10 +14,10 @@ use crate::ffi::datatype::StoredLock;
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms, waiting};
 use crate::lock::{self, Acquire};
+use crate::{fence, stats};
 
 const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
 const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
-use crate::{fence, stats};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
@@ -33,15 +33,16 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             .map(|lock| lock.hold.expires_at);
         // No barging: a free lock with clients waiting is theirs. (Their
         // hand-off is normally already scheduled; scheduling again is cheap.)
-        let decision = match holder_expiry
-            .is_none()
-            .then(|| waiting::waiting_on(ctx, &args[1]))
-        {
-            Some(Some(name)) => {
+        let queued = match holder_expiry {
+            None => waiting::waiting_on(ctx, &args[1]),
+            Some(_) => None,
+        };
+        let decision = match queued {
+            Some(name) => {
                 waiting::schedule(ctx.ctx, name);
                 Acquire::Busy
             }
-            _ => lock::acquire(current, req.owner, req.ttl_ms, now, || fence::issue(now))?,
+            None => lock::acquire(current, req.owner, req.ttl_ms, now, || fence::issue(now))?,
         };
         match decision {
             Acquire::Fresh(hold) => {
