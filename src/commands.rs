@@ -6,13 +6,13 @@
 
 use std::os::raw::c_int;
 
-use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisResult, RedisValue};
 
 use crate::args;
 use crate::error::LockError;
 use crate::ffi::datatype::StoredLock;
 use crate::ffi::key::LockKey;
-use crate::ffi::{guard, now_ms, waiting};
+use crate::ffi::{guard, now_ms, waiting, Args};
 use crate::lock::{self, Acquire};
 use crate::{fence, stats};
 
@@ -22,10 +22,11 @@ const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
 /// (fence) or the timeout passes (nil); never inside MULTI or scripts.
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run("LOCK.ACQUIRE", &args, |argv| {
+pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.ACQUIRE", input, |argv| {
         let req = args::parse_acquire(argv)?;
-        let mut key = LockKey::open(ctx, &args[1], true);
+        let key_name = input.key()?;
+        let mut key = LockKey::open(ctx, &key_name, true);
         let now = now_ms();
         let current = key.current()?;
         let holder_expiry = current
@@ -34,7 +35,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         // No barging: a free lock with clients waiting is theirs. (Their
         // hand-off is normally already scheduled; scheduling again is cheap.)
         let queued = match holder_expiry {
-            None => waiting::waiting_on(ctx, &args[1]),
+            None => waiting::waiting_on(ctx, &key_name),
             Some(_) => None,
         };
         let decision = match queued {
@@ -55,13 +56,13 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 key.apply(req.owner, hold, true);
                 key.notify(NOTIFY_MODULE, c"lock.reenter");
                 stats::REENTERED.incr();
-                waiting::lease_changed(ctx, &args[1], hold.expires_at);
+                waiting::lease_changed(ctx, &key_name, hold.expires_at);
                 Ok(integer(hold.fence))
             }
             Acquire::Busy => match req.wait_ms {
                 Some(timeout) if waiting::can_block(ctx) => {
                     drop(key);
-                    let name = waiting::lock_name(ctx, &args[1]);
+                    let name = waiting::lock_name(ctx, &key_name);
                     waiting::block(ctx, name, req.owner, req.ttl_ms, timeout, holder_expiry);
                     Ok(RedisValue::NoReply)
                 }
@@ -72,24 +73,26 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.REENTER key owner [ttl-ms]` → the new count.
-pub fn reenter(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run("LOCK.REENTER", &args, |argv| {
+pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.REENTER", input, |argv| {
         let req = args::parse_reenter(argv)?;
-        let mut key = LockKey::open(ctx, &args[1], true);
+        let key_name = input.key()?;
+        let mut key = LockKey::open(ctx, &key_name, true);
         let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, now_ms())?;
         key.apply(req.owner, hold, req.ttl_ms.is_some());
         key.notify(NOTIFY_MODULE, c"lock.reenter");
         stats::REENTERED.incr();
-        waiting::lease_changed(ctx, &args[1], hold.expires_at);
+        waiting::lease_changed(ctx, &key_name, hold.expires_at);
         Ok(integer(hold.count))
     })
 }
 
 /// `LOCK.RELEASE key owner [ALL]` → the remaining count (0: now free).
-pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run("LOCK.RELEASE", &args, |argv| {
+pub fn release(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.RELEASE", input, |argv| {
         let req = args::parse_release(argv)?;
-        let mut key = LockKey::open(ctx, &args[1], true);
+        let key_name = input.key()?;
+        let mut key = LockKey::open(ctx, &key_name, true);
         let remaining = lock::release(key.current()?, req.owner, req.all, now_ms())?;
         key.notify(NOTIFY_MODULE, c"lock.release");
         stats::RELEASED.incr();
@@ -102,7 +105,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 key.delete();
                 key.notify(NOTIFY_GENERIC, c"del");
                 drop(key);
-                if let Some(name) = waiting::waiting_on(ctx, &args[1]) {
+                if let Some(name) = waiting::waiting_on(ctx, &key_name) {
                     waiting::schedule(ctx.ctx, name);
                 }
                 Ok(RedisValue::Integer(0))
@@ -112,25 +115,27 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.RENEW key owner ttl-ms` → 1.
-pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run("LOCK.RENEW", &args, |argv| {
+pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.RENEW", input, |argv| {
         let req = args::parse_renew(argv)?;
-        let mut key = LockKey::open(ctx, &args[1], true);
+        let key_name = input.key()?;
+        let mut key = LockKey::open(ctx, &key_name, true);
         let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, now_ms())?;
         key.apply(req.owner, hold, true);
         key.notify(NOTIFY_MODULE, c"lock.renew");
         stats::RENEWED.incr();
-        waiting::lease_changed(ctx, &args[1], hold.expires_at);
+        waiting::lease_changed(ctx, &key_name, hold.expires_at);
         Ok(RedisValue::Integer(1))
     })
 }
 
 /// `LOCK.INFO key` → nil if free; else owner, count, fence, ttl, waiters
 /// (a map under RESP3, a flat array under RESP2; fields in this order).
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run("LOCK.INFO", &args, |argv| {
+pub fn info(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.INFO", input, |argv| {
         args::parse_info(argv)?;
-        let key = LockKey::open(ctx, &args[1], false);
+        let key_name = input.key()?;
+        let key = LockKey::open(ctx, &key_name, false);
         let Some(lock) = key.stored()? else {
             return Ok(RedisValue::Null);
         };
@@ -139,7 +144,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ("count", integer(lock.count)),
             ("fence", integer(lock.fence)),
             ("ttl", RedisValue::Integer(key.ttl_ms())),
-            ("waiters", integer(waiting::waiters(ctx, &args[1]) as u64)),
+            ("waiters", integer(waiting::waiters(ctx, &key_name) as u64)),
         ];
         // The crate's map replies do not keep field order, so reply by hand;
         // Redis turns a map into a flat array for RESP2 clients.
@@ -155,14 +160,15 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `LOCK.APPLY key owner count fence [PXAT unix-ms]` → OK. Internal: how a
 /// master's decision reaches replicas and the AOF. Refused from clients, so
 /// nobody can forge a lock or a fence with it.
-pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    run("LOCK.APPLY", &args, |argv| {
+pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.APPLY", input, |argv| {
         let flags = ctx.get_flags();
         if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
             return Err(LockError::InternalCommand);
         }
         let req = args::parse_apply(argv)?;
-        let mut key = LockKey::open(ctx, &args[1], true);
+        let key_name = input.key()?;
+        let mut key = LockKey::open(ctx, &key_name, true);
         key.store(
             StoredLock {
                 owner: req.owner.into(),
@@ -183,11 +189,10 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// mapped to replies (and `NOTOWNER` counted), panics caught and logged.
 fn run(
     name: &str,
-    args: &[RedisString],
+    input: &Args,
     body: impl FnOnce(&[&[u8]]) -> Result<RedisValue, LockError>,
 ) -> RedisResult {
-    let argv: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-    let result = guard(name, Err(LockError::Internal), || body(&argv));
+    let result = guard(name, Err(LockError::Internal), || body(input.bytes()));
     result.map_err(|err| {
         if err == LockError::NotOwner {
             stats::NOTOWNER.incr();

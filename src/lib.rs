@@ -35,15 +35,20 @@ pub mod stats;
 // and `MEMORY USAGE` count its data.
 #[cfg(not(test))]
 mod registration {
-    use redis_module::{redis_module, Context, RedisString, Status};
+    use std::os::raw::c_int;
+
+    use redis_module::{raw, redis_module, Context, RedisString, Status};
 
     use crate::commands;
     use crate::ffi::{self, datatype::LOCK_TYPE};
 
-    /// Module load: panic hook, INFO section and subscriptions to server
-    /// events (commands and the data type are registered by the macro).
+    /// Module load: panic hook, commands, INFO section and subscriptions
+    /// to server events (the data type is registered by the macro).
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ffi::install_panic_hook();
+        if register_commands(ctx) == Status::Err {
+            return Status::Err;
+        }
         ffi::register_info(ctx.ctx);
         ffi::events::watch_migrations(ctx);
         match ffi::events::subscribe(ctx).and_then(|()| ffi::propagation::watch(ctx)) {
@@ -55,21 +60,62 @@ mod registration {
         }
     }
 
+    /// Registers the commands, each behind a shim that reads its
+    /// arguments in place ([`ffi::Args`]) and replies with the result.
+    fn register_commands(ctx: &Context) -> Status {
+        macro_rules! shim {
+            ($handler:path) => {{
+                extern "C" fn shim(
+                    ctx: *mut raw::RedisModuleCtx,
+                    argv: *mut *mut raw::RedisModuleString,
+                    argc: c_int,
+                ) -> c_int {
+                    let context = Context::new(ctx);
+                    // SAFETY: Redis passes `argc` live arguments for the call.
+                    let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
+                    context.reply($handler(&context, &args)) as c_int
+                }
+                shim as extern "C" fn(_, _, _) -> _
+            }};
+        }
+        // (name, handler, flags); every command's key is argument 1.
+        let commands = [
+            (c"lock.acquire", shim!(commands::acquire), c"write deny-oom"),
+            (c"lock.reenter", shim!(commands::reenter), c"write deny-oom"),
+            (c"lock.release", shim!(commands::release), c"write"),
+            (c"lock.renew", shim!(commands::renew), c"write"),
+            (c"lock.info", shim!(commands::info), c"readonly fast"),
+            (c"lock.apply", shim!(commands::apply), c"write"),
+        ];
+        for (name, handler, flags) in commands {
+            // SAFETY: module load, with its context; names and flags are
+            // static C strings and the handlers plain functions.
+            let status = unsafe {
+                raw::RedisModule_CreateCommand.map_or(raw::Status::Err as c_int, |f| {
+                    f(
+                        ctx.ctx,
+                        name.as_ptr(),
+                        Some(handler),
+                        flags.as_ptr(),
+                        1,
+                        1,
+                        1,
+                    )
+                })
+            };
+            if status != raw::Status::Ok as c_int {
+                ctx.log_warning(&format!("lock: cannot register {name:?}"));
+                return Status::Err;
+            }
+        }
+        Status::Ok
+    }
+
     redis_module! {
         name: "lock",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [LOCK_TYPE],
         init: init,
-        commands: [
-            // [name, handler, flags, first key, last key, key step, ACL categories]
-            // ACL categories stay empty: Redis 7.0 lacks the API to set them.
-            ["lock.acquire", commands::acquire, "write deny-oom", 1, 1, 1, ""],
-            ["lock.reenter", commands::reenter, "write deny-oom", 1, 1, 1, ""],
-            ["lock.release", commands::release, "write", 1, 1, 1, ""],
-            ["lock.renew", commands::renew, "write", 1, 1, 1, ""],
-            ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
-            ["lock.apply", commands::apply, "write", 1, 1, 1, ""],
-        ],
     }
 }

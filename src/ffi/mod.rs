@@ -13,8 +13,12 @@ pub mod waiting;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{logging, raw};
+use std::os::raw::c_int;
+use std::ptr::NonNull;
 
+use redis_module::{logging, raw, RedisString};
+
+use crate::error::LockError;
 use crate::{fence, stats};
 
 /// Wall-clock unix milliseconds, as the server sees them (`mstime()`).
@@ -58,5 +62,51 @@ extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
     raw::add_info_section(ctx, None);
     for (name, value) in stats::fields(fence::last()) {
         raw::add_info_field_long_long(ctx, name, value);
+    }
+}
+
+/// A command's arguments as Redis passed them, read in place: no copy and
+/// no reference counting per argument (the `redis-module` crate's wrapper
+/// retained and released every one, a measurable share of a `LOCK.ACQUIRE`).
+pub struct Args<'a> {
+    ctx: *mut raw::RedisModuleCtx,
+    strings: &'a [*mut raw::RedisModuleString],
+    bytes: Vec<&'a [u8]>,
+}
+
+impl<'a> Args<'a> {
+    /// # Safety
+    /// `argv` must hold `argc` live strings that outlive `'a` (true for the
+    /// duration of a command callback).
+    pub unsafe fn from_raw(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: *mut *mut raw::RedisModuleString,
+        argc: c_int,
+    ) -> Args<'a> {
+        let strings: &[*mut raw::RedisModuleString] = match usize::try_from(argc) {
+            // SAFETY: the caller's contract.
+            Ok(len) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, len) },
+            _ => &[],
+        };
+        let bytes = strings
+            .iter()
+            .map(|&s| RedisString::string_as_slice(s))
+            .collect();
+        Args {
+            ctx,
+            strings,
+            bytes,
+        }
+    }
+
+    /// Every argument's bytes, the command name first.
+    pub fn bytes(&self) -> &[&'a [u8]] {
+        &self.bytes
+    }
+
+    /// The key (argument 1) as a string Redis can use.
+    pub fn key(&self) -> Result<RedisString, LockError> {
+        let key = *self.strings.get(1).ok_or(LockError::WrongArity)?;
+        Ok(RedisString::new(NonNull::new(self.ctx), key))
     }
 }
