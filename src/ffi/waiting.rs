@@ -231,12 +231,19 @@ fn serve(ctx: &Context, name: &LockName) {
     let now = now_ms();
     match key.current() {
         Ok(None) => {}
-        Ok(Some(lock)) if !lock.is_live(now) => {}
+        // The lease ended at `expires_at`; Redis would expire the key only
+        // a millisecond later (once now > expiry). The lock is free now: say
+        // so as Redis would, and hand it over without that extra wait.
+        Ok(Some(lock)) if !lock.is_live(now) => {
+            key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
+            stats::EXPIRED_HELD.incr();
+        }
         Ok(Some(lock)) => return arm_lease_check(ctx.ctx, name.clone(), lock.hold.expires_at),
-        // Another type (a SET overwrote the lock): wait for that key to go.
+        // Another type (a SET overwrote the lock): wait for that key to go,
+        // which Redis does once now > its expiry.
         Err(_) => {
             if let Some(at) = key.expires_at() {
-                arm_lease_check(ctx.ctx, name.clone(), at);
+                arm_lease_check(ctx.ctx, name.clone(), at.saturating_add(1));
             }
             return;
         }
@@ -454,8 +461,8 @@ fn unblock(client: *mut raw::RedisModuleBlockedClient, outcome: Option<Outcome>)
 // Timers and small helpers.
 // ---------------------------------------------------------------------------
 
-/// Arms a check of `name` just after `at` (unix ms), unless an earlier one
-/// is armed (it re-arms for the later end when it finds the lock held).
+/// Arms a check of `name` at `at` (unix ms), unless an earlier one is armed
+/// (it re-arms for the later end when it finds the lock held).
 fn arm_lease_check(ctx: *mut raw::RedisModuleCtx, name: LockName, at: u64) {
     let arm = with(|s| match s.lease_checks.get(&name) {
         Some(&armed) if armed <= at => false,
@@ -465,8 +472,7 @@ fn arm_lease_check(ctx: *mut raw::RedisModuleCtx, name: LockName, at: u64) {
         }
     });
     if arm {
-        // Redis deems a key expired once now > its expiry: check 1 ms after.
-        let delay = at.saturating_add(1).saturating_sub(now_ms());
+        let delay = at.saturating_sub(now_ms());
         let data = Box::into_raw(Box::new((name, at))).cast::<c_void>();
         create_timer(ctx, delay, lease_cb, data);
     }
