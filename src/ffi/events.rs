@@ -48,15 +48,12 @@ fn take_unlinked(db: c_int, name: &[u8]) -> bool {
 
 /// Subscribes to what the module needs to hear. Called once at load.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    // Every class that can remove or replace a key; not MODULE: our own
-    // commands schedule hand-offs themselves.
+    // Only the classes that report a key leaving: `del` (DEL, UNLINK,
+    // GETDEL, MIGRATE, a container's last element popped), `rename_from`,
+    // `move_from` (all generic), `expired` and `evicted`. A write that keeps
+    // the key (a SET over a lock) does not free it, and every class heard is
+    // a cost paid by every such write on the server, module data or not.
     let types = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_STRING
-        | raw::REDISMODULE_NOTIFY_LIST
-        | raw::REDISMODULE_NOTIFY_SET
-        | raw::REDISMODULE_NOTIFY_HASH
-        | raw::REDISMODULE_NOTIFY_ZSET
-        | raw::REDISMODULE_NOTIFY_STREAM
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED;
     let server_events = [
