@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 
-use crate::harness::{handed_fence, wait_on, wait_until, Call, Hold, Server, LONG};
+use crate::harness::{handed_fence, start_replica, wait_on, wait_until, Call, Hold, Server, LONG};
 
 /// How long a test waits for something that should happen at once.
 const SOON: Duration = Duration::from_secs(5);
@@ -32,10 +32,8 @@ struct Group {
 impl Group {
     fn start() -> Group {
         let master = Server::builder().label("master").start();
-        let heir = Server::builder().label("heir").replica_of(&master).start();
-        let other = Server::builder().label("other").replica_of(&master).start();
-        heir.wait_for_master_link();
-        other.wait_for_master_link();
+        let heir = start_replica(&master, "heir");
+        let other = start_replica(&master, "other");
         let m = master.conn();
         Group {
             master,

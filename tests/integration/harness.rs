@@ -66,6 +66,28 @@ pub fn server_bin() -> String {
     env_or(&["LOCK_SERVER", "REDIS_SERVER"], "redis-server")
 }
 
+/// The fields of `INFO lock`, in the order the module reports them.
+pub const LOCK_INFO_FIELDS: &[&str] = &[
+    "lock_held",
+    "lock_waiting",
+    "lock_acquired",
+    "lock_reentered",
+    "lock_released",
+    "lock_renewed",
+    "lock_handoffs",
+    "lock_wait_timeouts",
+    "lock_expired_held",
+    "lock_notowner",
+    "lock_last_fence",
+];
+
+/// A replica of `master`, started and with its link to the master up.
+pub fn start_replica(master: &Server, label: &str) -> Server {
+    let replica = Server::builder().label(label).replica_of(master).start();
+    replica.wait_for_master_link();
+    replica
+}
+
 /// The cli binary: `LOCK_CLI`, else `REDIS_CLI`, else `redis-cli`.
 pub fn cli_bin() -> String {
     env_or(&["LOCK_CLI", "REDIS_CLI"], "redis-cli")

@@ -3,21 +3,9 @@
 
 use std::time::Duration;
 
-use crate::harness::{wait_until, Call, Server, LONG};
+use crate::harness::{wait_until, Call, Server, LOCK_INFO_FIELDS, LONG};
 
-const FIELDS: &[&str] = &[
-    "lock_held",
-    "lock_waiting",
-    "lock_acquired",
-    "lock_reentered",
-    "lock_released",
-    "lock_renewed",
-    "lock_handoffs",
-    "lock_wait_timeouts",
-    "lock_expired_held",
-    "lock_notowner",
-    "lock_last_fence",
-];
+const FIELDS: &[&str] = LOCK_INFO_FIELDS;
 
 /// All fields of `INFO lock`, in `FIELDS` order.
 fn counters(server: &Server) -> Vec<i64> {

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
-use crate::harness::{cli_bin, error_text, now_ms, wait_args, wait_until, Call, Server, LONG};
+use crate::harness::{
+    cli_bin, error_text, now_ms, start_replica, wait_args, wait_until, Call, Server, LONG,
+};
 
 /// How long a test waits for something that should happen at once.
 const SOON: Duration = Duration::from_secs(5);
@@ -778,11 +780,7 @@ fn wait_inside_multi_lua_or_a_function_never_blocks() {
 #[test]
 fn hand_offs_reach_the_replica_with_the_same_owner_and_fence() {
     let master = Server::builder().label("master").start();
-    let replica = Server::builder()
-        .label("replica")
-        .replica_of(&master)
-        .start();
-    replica.wait_for_master_link();
+    let replica = start_replica(&master, "replica");
     let (mut m, mut r) = (master.conn(), replica.conn());
     let assert_replicated = |m: &mut Connection, r: &mut Connection, step: &str| {
         replica.catch_up_with(&master);
