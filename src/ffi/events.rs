@@ -23,22 +23,26 @@ thread_local! {
     static LOADING_AOF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The last lock key unlinked (db, name), on the main thread. Its buffer
     /// is reused, so tracking costs no allocation per deletion.
-    static LAST_UNLINKED: RefCell<(c_int, Vec<u8>)> = const { RefCell::new((-1, Vec::new())) };
+    /// When (unix ms) is kept too: Redis sends `expired` right after the
+    /// unlink, so an older entry (a lock a SET overwrote, which the module
+    /// hears nothing more of) never matches a later expiry of that key.
+    static LAST_UNLINKED: RefCell<(c_int, Vec<u8>, u64)> = const { RefCell::new((-1, Vec::new(), 0)) };
 }
 
 /// Called from the data type's `unlink2` callback (main thread).
 pub fn lock_unlinked(db: c_int, name: &[u8]) {
-    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name)| {
+    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
         *last_db = db;
         last_name.clear();
         last_name.extend_from_slice(name);
+        *at = now_ms();
     });
 }
 
 /// Whether the key just unlinked was a lock (and forgets it).
 fn take_unlinked(db: c_int, name: &[u8]) -> bool {
-    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name)| {
-        let hit = *last_db == db && last_name == name;
+    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
+        let hit = *last_db == db && last_name == name && now_ms().saturating_sub(*at) <= 1;
         if hit {
             *last_db = -1;
         }

@@ -164,3 +164,22 @@ fn held_follows_locks_removed_by_other_commands() {
     assert_eq!(server.info_int("lock", "lock_acquired"), 5);
     assert_eq!(server.info_int("lock", "lock_waiting"), 0);
 }
+
+/// `expired_held` counts leases that ended while held, not a string that
+/// overwrote a lock and then expired under the same name.
+#[test]
+fn expired_held_ignores_a_string_that_overwrote_a_lock() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", LONG).expect("free");
+    c.value::<(), _>(&["SET", "k", "v", "PX", "30"]);
+    wait_until("the string expires", Duration::from_secs(5), || {
+        c.int(&["EXISTS", "k"]) == 0
+    });
+    assert_eq!(server.info_int("lock", "lock_expired_held"), 0);
+
+    c.acquire("short", "bob", 30).expect("free");
+    wait_until("the lease ends", Duration::from_secs(5), || {
+        server.info_int("lock", "lock_expired_held") == 1
+    });
+}
