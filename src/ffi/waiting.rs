@@ -158,9 +158,16 @@ pub fn block(
         client,
         deadline,
     };
-    if with(|s| s.queues.push(name.clone(), id, waiter)) {
-        stats::WAITING.add(1);
+    // A client waits in one place at a time, and a blocked client sends no
+    // command, so this push cannot fail; if it ever did, the client gets
+    // nil now rather than hanging unqueued.
+    let queued = with(|s| s.queues.push(name.clone(), id, waiter));
+    if !queued {
+        stop_deadline(ctx.ctx, deadline);
+        unblock(client, Some(Outcome::TimedOut));
+        return;
     }
+    stats::WAITING.add(1);
     if let Some(at) = holder_expiry {
         arm_lease_check(ctx.ctx, name, at);
     }
