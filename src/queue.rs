@@ -114,11 +114,6 @@ impl<T> WaitQueues<T> {
         self.queues.contains_key(name)
     }
 
-    /// Whether client `id` is waiting.
-    pub fn is_waiting(&self, id: u64) -> bool {
-        self.waiters.contains_key(&id)
-    }
-
     /// Clients waiting on all locks.
     pub fn total(&self) -> usize {
         self.waiters.len()
@@ -177,7 +172,8 @@ mod tests {
         assert!(q.push(name("a"), 1, "first"));
         assert!(!q.push(name("b"), 1, "second"));
         assert_eq!(q.total(), 1);
-        assert!(q.is_waiting(1));
+        assert_eq!(q.len(&name("a")), 1);
+        assert_eq!(q.len(&name("b")), 0);
     }
 
     #[test]
