@@ -78,6 +78,22 @@ pub fn migration<A: AsRef<[u8]>>(args: &[A]) -> Option<Migration<'_>> {
     })
 }
 
+/// The client id a `CLIENT UNBLOCK id [TIMEOUT|ERROR]` names, read as the
+/// server reads it (strict decimal); `None` for any other command.
+pub fn client_unblock_target<A: AsRef<[u8]>>(args: &[A]) -> Option<u64> {
+    let [name, sub, id, rest @ ..] = args else {
+        return None;
+    };
+    let is_unblock = name.as_ref().eq_ignore_ascii_case(b"CLIENT")
+        && sub.as_ref().eq_ignore_ascii_case(b"UNBLOCK")
+        && rest.len() <= 1;
+    if !is_unblock {
+        return None;
+    }
+    let id = std::str::from_utf8(id.as_ref()).ok()?;
+    id.parse::<u64>().ok().filter(|n| n.to_string() == id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +138,24 @@ mod tests {
                 keys: vec![b"a", b"b"]
             })
         );
+    }
+
+    #[test]
+    fn client_unblock_names_its_target() {
+        let table = [
+            ("CLIENT UNBLOCK 42", Some(42)),
+            ("client unblock 42 error", Some(42)),
+            ("CLIENT UNBLOCK 42 TIMEOUT", Some(42)),
+            ("CLIENT UNBLOCK 042", None),
+            ("CLIENT UNBLOCK +42", None),
+            ("CLIENT UNBLOCK x", None),
+            ("CLIENT UNBLOCK 42 ERROR extra", None),
+            ("CLIENT KILL ID 42", None),
+            ("CLIENT UNBLOCK", None),
+        ];
+        for (line, want) in table {
+            assert_eq!(client_unblock_target(&v(line)), want, "{line}");
+        }
     }
 
     #[test]

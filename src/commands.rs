@@ -10,7 +10,6 @@ use redis_module::{raw, Context, ContextFlags, RedisResult, RedisValue};
 
 use crate::args;
 use crate::error::LockError;
-use crate::ffi::datatype::StoredLock;
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms, waiting, Args};
 use crate::lock::{self, Acquire};
@@ -26,27 +25,34 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.ACQUIRE", input, |argv| {
         let req = args::parse_acquire(argv)?;
         let key_name = input.key()?;
+        // Clients wait on this lock: if it is free (its lease ended), it is
+        // theirs, first come first served. Hand it over now, in this command.
+        if let Some(name) = waiting::waiting_on(ctx, &key_name) {
+            waiting::serve_now(ctx, &name);
+        }
         let mut key = LockKey::open(ctx, &key_name, true);
         let now = now_ms();
         let current = key.current()?;
-        let holder_expiry = current
+        let holder_until = current
             .filter(|lock| lock.is_live(now))
             .map(|lock| lock.hold.expires_at);
-        // No barging: a free lock with clients waiting is theirs. (Their
-        // hand-off is normally already scheduled; scheduling again is cheap.)
-        let queued = match holder_expiry {
-            None => waiting::waiting_on(ctx, &key_name),
-            Some(_) => None,
-        };
-        let decision = match queued {
-            Some(name) => {
-                waiting::schedule(ctx.ctx, name);
-                Acquire::Busy
-            }
-            None => lock::acquire(current, req.owner, req.ttl_ms, now, || fence::issue(now))?,
+        // No barging: a free lock that still has clients waiting (they could
+        // not be served yet) is theirs, not this caller's.
+        let barging = holder_until.is_none() && waiting::waiting_on(ctx, &key_name).is_some();
+        let decision = if barging {
+            Acquire::Busy
+        } else {
+            lock::acquire(current, req.owner, req.ttl_ms, now, || fence::issue(now))?
         };
         match decision {
             Acquire::Fresh(hold) => {
+                if current.is_some() {
+                    // The previous hold's lease ended: free it as Redis would.
+                    waiting::inline(|| {
+                        key.delete();
+                        key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
+                    });
+                }
                 key.apply(req.owner, hold, true);
                 key.notify(NOTIFY_MODULE, c"lock.acquire");
                 stats::ACQUIRED.incr();
@@ -63,8 +69,11 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
                 Some(timeout) if waiting::can_block(ctx) => {
                     drop(key);
                     let name = waiting::lock_name(ctx, &key_name);
-                    waiting::block(ctx, name, req.owner, req.ttl_ms, timeout, holder_expiry);
-                    Ok(RedisValue::NoReply)
+                    if waiting::block(ctx, name, req.owner, req.ttl_ms, timeout, holder_until) {
+                        Ok(RedisValue::NoReply)
+                    } else {
+                        Ok(RedisValue::Null)
+                    }
                 }
                 _ => Ok(RedisValue::Null),
             },
@@ -88,25 +97,30 @@ pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
 }
 
 /// `LOCK.RELEASE key owner [ALL]` → the remaining count (0: now free).
+/// A release to zero hands the lock to its longest-waiting client in this
+/// same command: no later command sees it free.
 pub fn release(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.RELEASE", input, |argv| {
         let req = args::parse_release(argv)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
         let remaining = lock::release(key.current()?, req.owner, req.all, now_ms())?;
-        key.notify(NOTIFY_MODULE, c"lock.release");
         stats::RELEASED.incr();
         match remaining {
             Some(hold) => {
                 key.apply(req.owner, hold, false);
+                key.notify(NOTIFY_MODULE, c"lock.release");
                 Ok(integer(hold.count))
             }
             None => {
-                key.delete();
-                key.notify(NOTIFY_GENERIC, c"del");
+                waiting::inline(|| {
+                    key.notify(NOTIFY_MODULE, c"lock.release");
+                    key.delete();
+                    key.notify(NOTIFY_GENERIC, c"del");
+                });
                 drop(key);
                 if let Some(name) = waiting::waiting_on(ctx, &key_name) {
-                    waiting::schedule(ctx.ctx, name);
+                    waiting::serve_now(ctx, &name);
                 }
                 Ok(RedisValue::Integer(0))
             }
@@ -136,14 +150,16 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
         args::parse_info(argv)?;
         let key_name = input.key()?;
         let key = LockKey::open(ctx, &key_name, false);
-        let Some(lock) = key.stored()? else {
+        let now = now_ms();
+        let Some(lock) = key.current()?.filter(|lock| lock.is_live(now)) else {
             return Ok(RedisValue::Null);
         };
+        let ttl = lock.hold.expires_at - now;
         let fields = [
             ("owner", RedisValue::StringBuffer(lock.owner.to_vec())),
-            ("count", integer(lock.count)),
-            ("fence", integer(lock.fence)),
-            ("ttl", RedisValue::Integer(key.ttl_ms())),
+            ("count", integer(lock.hold.count)),
+            ("fence", integer(lock.hold.fence)),
+            ("ttl", integer(ttl)),
             ("waiters", integer(waiting::waiters(ctx, &key_name) as u64)),
         ];
         // The crate's map replies do not keep field order, so reply by hand;
@@ -169,14 +185,7 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_apply(argv)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
-        key.store(
-            StoredLock {
-                owner: req.owner.into(),
-                count: req.count,
-                fence: req.fence,
-            },
-            req.expires_at,
-        );
+        key.store(req.owner, req.count, req.fence, req.expires_at);
         fence::observe(req.fence);
         // Module commands are not propagated on their own: a replica writes
         // what it applied to its own AOF this way.

@@ -6,19 +6,21 @@
 //! | file | what lives there | touches Redis? |
 //! |---|---|---|
 //! | [`args`] | argument vectors → typed requests, every §9 rule | no |
-//! | [`cluster`] | hash slots and `MIGRATE` arguments, for slot migration | no |
-//! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end | no |
+//! | [`cluster`] | hash slots, `MIGRATE` and `CLIENT UNBLOCK` arguments | no |
+//! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end, TTL fixes | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
 //! | [`queue`] | the FIFO of clients waiting on each lock | no |
+//! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes | no |
 //! | [`error`] | the one error enum and its reply texts | no |
 //! | [`stats`] | counters for `INFO lock` | no |
 //! | [`commands`] | one handler per command: parse → apply → reply | safe API |
 //! | [`ffi`] | all raw C API use: data type callbacks, keys, blocking, events | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock` (owner, count,
-//! fence); its lease is the key's TTL. Every change the master makes goes to
-//! replicas and the AOF as `LOCK.APPLY key owner count fence PXAT ms`, so
-//! they store the master's decision instead of deciding again.
+//! fence, lease end) in one allocation; the lease is mirrored as the key's
+//! TTL and put back if another command changes it. Every change the master
+//! makes goes to replicas and the AOF as `LOCK.APPLY key owner count fence
+//! PXAT ms`, so they store the master's decision instead of deciding again.
 
 pub mod args;
 pub mod cluster;
@@ -26,6 +28,7 @@ pub mod commands;
 pub mod error;
 pub mod fence;
 pub mod ffi;
+pub mod handoff;
 pub mod lock;
 pub mod queue;
 pub mod stats;
@@ -50,7 +53,7 @@ mod registration {
             return Status::Err;
         }
         ffi::register_info(ctx.ctx);
-        ffi::events::watch_migrations(ctx);
+        ffi::events::watch_commands(ctx);
         match ffi::events::subscribe(ctx).and_then(|()| ffi::propagation::watch(ctx)) {
             Ok(()) => Status::Ok,
             Err(why) => {

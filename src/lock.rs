@@ -117,6 +117,43 @@ fn owned(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Result<Hold, LockE
         .ok_or(LockError::NotOwner)
 }
 
+/// When a hold ends, from its stored lease end (`0`: not known, a value
+/// from encoding version 1) and the key's expiry: the earlier of the two. A
+/// TTL shorter than the lease ends the hold early (an operator forcing it
+/// free); a missing or longer TTL changes nothing (SPEC guarantee 3). A hold
+/// with neither has ended: every hold has a lease.
+pub fn lease_end(stored_lease: u64, key_expiry: Option<u64>) -> u64 {
+    match (stored_lease, key_expiry) {
+        (0, expiry) => expiry.unwrap_or(0),
+        (lease, Some(expiry)) => lease.min(expiry),
+        (lease, None) => lease,
+    }
+}
+
+/// What to do with a lock key's TTL after something other than this module
+/// changed it (`PERSIST`, `EXPIRE`, `RESTORE`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtlFix {
+    /// The TTL is the lease, or shorter: leave it.
+    Keep,
+    /// Set the key's expiry back to the stored lease end.
+    Restore(u64),
+    /// The hold has ended (or never had a lease): delete the key.
+    Delete,
+}
+
+/// Decides [`TtlFix`] for a lock with `stored_lease` whose key now expires
+/// at `key_expiry`, at `now_ms`.
+pub fn ttl_fix(stored_lease: u64, key_expiry: Option<u64>, now_ms: u64) -> TtlFix {
+    if lease_end(stored_lease, key_expiry) <= now_ms {
+        return TtlFix::Delete;
+    }
+    match key_expiry {
+        Some(expiry) if stored_lease == 0 || expiry <= stored_lease => TtlFix::Keep,
+        _ => TtlFix::Restore(stored_lease),
+    }
+}
+
 /// Count + 1, refusing to wrap (counts are replied as signed integers).
 fn increment(count: u64) -> Result<u64, LockError> {
     count
@@ -275,6 +312,40 @@ mod tests {
             acquire(cur, b"a", 5, NOW, no_fence),
             Err(LockError::CountOverflow)
         );
+    }
+
+    #[test]
+    fn a_hold_ends_at_the_earlier_of_lease_and_ttl() {
+        let table = [
+            // (stored lease, key expiry, hold ends at)
+            (NOW + 10, Some(NOW + 10), NOW + 10),
+            (NOW + 10, None, NOW + 10), // PERSIST: the lease still ends it
+            (NOW + 10, Some(NOW + 99_999), NOW + 10), // a longer TTL changes nothing
+            (NOW + 10, Some(NOW + 3), NOW + 3), // a shorter TTL ends it early
+            (0, Some(NOW + 7), NOW + 7), // version 1 value: the TTL is the lease
+            (0, None, 0),               // no lease at all: ended
+        ];
+        for (lease, expiry, want) in table {
+            assert_eq!(lease_end(lease, expiry), want, "{lease} {expiry:?}");
+        }
+    }
+
+    #[test]
+    fn ttl_changes_by_others_are_undone_unless_shorter() {
+        let table = [
+            // (stored lease, key expiry, fix)
+            (NOW + 10, Some(NOW + 10), TtlFix::Keep),
+            (NOW + 10, Some(NOW + 5), TtlFix::Keep),
+            (NOW + 10, None, TtlFix::Restore(NOW + 10)),
+            (NOW + 10, Some(NOW + 50), TtlFix::Restore(NOW + 10)),
+            (NOW - 1, None, TtlFix::Delete), // RESTORE of a lock whose lease ended
+            (NOW, Some(NOW + 50), TtlFix::Delete),
+            (0, Some(NOW + 50), TtlFix::Keep), // version 1: nothing to restore from
+            (0, None, TtlFix::Delete),
+        ];
+        for (lease, expiry, want) in table {
+            assert_eq!(ttl_fix(lease, expiry, NOW), want, "{lease} {expiry:?}");
+        }
     }
 
     #[test]

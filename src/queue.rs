@@ -82,6 +82,11 @@ impl<T> WaitQueues<T> {
         Some((waiter.name, waiter.payload))
     }
 
+    /// Whether client `id` waits somewhere.
+    pub fn contains(&self, id: u64) -> bool {
+        self.waiters.contains_key(&id)
+    }
+
     /// The payload of waiting client `id`.
     pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
         self.waiters.get_mut(&id).map(|w| &mut w.payload)

@@ -1,9 +1,12 @@
 //! The lock's module data type: what a lock key holds, and the callbacks
 //! Redis calls to save, load, rewrite, copy, digest, size and free it.
 //!
-//! The lease is not stored here: it is the key's TTL, which Redis saves,
-//! replicates and expires itself.
+//! A value is one allocation: the numbers of the hold (count, fence, lease
+//! end) followed by the owner's bytes. The lease end is stored here and
+//! mirrored as the key's TTL (see `ffi::key`); the stored one is the truth
+//! when the two disagree (SPEC guarantee 3).
 
+use std::alloc::{self, Layout};
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
@@ -11,37 +14,105 @@ use std::ptr;
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
 use crate::ffi::{events, guard};
+use crate::lock::Hold;
 use crate::{fence, stats};
 
 /// The RDB encoding of a lock value. Version history (every one must stay
-/// loadable: see [`rdb_load`]):
-/// - 1: owner (string buffer), count (unsigned), fence (unsigned).
-pub const ENCODING_VERSION: i32 = 1;
+/// loadable: see [`rdb_load`]; `tests/fixtures/v1-locks.rdb` is a version 1
+/// file):
+/// - 1: owner (string buffer), count (unsigned), fence (unsigned). The lease
+///   was only the key's TTL.
+/// - 2: the same, then the lease end (unsigned, unix ms).
+pub const ENCODING_VERSION: i32 = 2;
 
-/// What a lock key's value is. The lease end lives in the key's TTL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A lease end not known: a value loaded from version 1. Its key's TTL is
+/// its lease (see [`crate::lock::lease_end`]).
+pub const LEASE_UNKNOWN: u64 = 0;
+
+/// What a lock key's value is. Never built on the stack: a value lives in
+/// one allocation made by [`StoredLock::new_raw`], with `owner_len` bytes of
+/// owner right after these fields, and is seen through references to it.
+#[repr(C)]
+#[derive(Debug)]
 pub struct StoredLock {
-    pub owner: Box<[u8]>,
     pub count: u64,
     pub fence: u64,
+    /// Lease end, unix ms, or [`LEASE_UNKNOWN`].
+    pub lease: u64,
+    owner_len: u32,
+    /// Where the owner's bytes begin.
+    owner: [u8; 0],
 }
 
 impl StoredLock {
-    /// Hands a value to Redis. Every lock value is born here and dies in
-    /// [`free`], which is how `INFO lock` counts `held`.
-    pub fn into_raw(self) -> *mut c_void {
-        stats::HELD.add(1);
-        Box::into_raw(Box::new(self)).cast()
+    /// The allocation for an owner of `len` bytes.
+    fn layout(len: usize) -> Option<Layout> {
+        let size = std::mem::size_of::<StoredLock>().checked_add(len)?;
+        Layout::from_size_align(size, std::mem::align_of::<StoredLock>()).ok()
     }
 
-    /// Takes back a value Redis refused or freed.
+    /// Makes a value for Redis: one allocation, owner inline. Every lock
+    /// value is born here and dies in [`StoredLock::free_raw`], which is how
+    /// `INFO lock` counts `held`. Null if the owner is too long to store.
+    pub fn new_raw(owner: &[u8], count: u64, fence: u64, lease: u64) -> *mut c_void {
+        let (Ok(owner_len), Some(layout)) = (u32::try_from(owner.len()), Self::layout(owner.len()))
+        else {
+            return ptr::null_mut();
+        };
+        // SAFETY: the layout has a non-zero size; the header is written
+        // field by field and the owner copied right after it, inside the
+        // allocation (`layout` counted both).
+        unsafe {
+            let value = alloc::alloc(layout).cast::<StoredLock>();
+            if value.is_null() {
+                alloc::handle_alloc_error(layout);
+            }
+            ptr::addr_of_mut!((*value).count).write(count);
+            ptr::addr_of_mut!((*value).fence).write(fence);
+            ptr::addr_of_mut!((*value).lease).write(lease);
+            ptr::addr_of_mut!((*value).owner_len).write(owner_len);
+            let start = ptr::addr_of_mut!((*value).owner).cast::<u8>();
+            ptr::copy_nonoverlapping(owner.as_ptr(), start, owner.len());
+            stats::HELD.add(1);
+            value.cast()
+        }
+    }
+
+    /// Frees a value Redis refused or no longer needs.
     ///
     /// # Safety
-    /// `value` must come from [`StoredLock::into_raw`] and not be used again.
-    pub unsafe fn from_raw(value: *mut c_void) -> Box<StoredLock> {
+    /// `value` must come from [`StoredLock::new_raw`] and not be used again.
+    pub unsafe fn free_raw(value: *mut c_void) {
+        if value.is_null() {
+            return;
+        }
         stats::HELD.add(-1);
-        // SAFETY: the caller's contract above.
-        unsafe { Box::from_raw(value.cast::<StoredLock>()) }
+        // SAFETY: the caller's contract; the layout is the one it was made with.
+        unsafe {
+            let len = (*value.cast::<StoredLock>()).owner_len as usize;
+            if let Some(layout) = Self::layout(len) {
+                alloc::dealloc(value.cast(), layout);
+            }
+        }
+    }
+
+    /// The owner token.
+    pub fn owner(&self) -> &[u8] {
+        // SAFETY: every StoredLock lives in an allocation made by `new_raw`,
+        // with `owner_len` initialised bytes at `owner`.
+        unsafe { std::slice::from_raw_parts(self.owner.as_ptr(), self.owner_len as usize) }
+    }
+
+    /// Bytes this value takes, for `MEMORY USAGE`.
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<StoredLock>() + self.owner_len as usize
+    }
+
+    /// Writes the numbers of `hold` in place (the owner is unchanged).
+    pub fn set_hold(&mut self, hold: Hold) {
+        self.count = hold.count;
+        self.fence = hold.fence;
+        self.lease = hold.expires_at;
     }
 }
 
@@ -78,14 +149,24 @@ pub fn raw_type() -> *mut raw::RedisModuleType {
     *LOCK_TYPE.raw_type.borrow()
 }
 
+/// A value Redis passes to a callback.
+///
+/// # Safety
+/// `value` must be a live value of this type, alive for `'a`.
+unsafe fn value_ref<'a>(value: *const c_void) -> &'a StoredLock {
+    // SAFETY: the caller's contract.
+    unsafe { &*value.cast::<StoredLock>() }
+}
+
 // ---------------------------------------------------------------------------
-// Callbacks. Each is a thin shim: SAFETY notes, then safe code.
+// Callbacks. Each is a thin shim behind the panic guard: SAFETY notes, then
+// safe code.
 // ---------------------------------------------------------------------------
 
 /// Loads one lock value written by any encoding version this module ever used.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", ptr::null_mut(), || match encver {
-        1 => load_v1(rdb).map_or(ptr::null_mut(), StoredLock::into_raw),
+        1 | 2 => load(rdb, encver).unwrap_or(ptr::null_mut()),
         other => {
             logging::log_warning(format!(
                 "lock: cannot load a lock value of encoding version {other} \
@@ -96,11 +177,17 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     })
 }
 
-fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<StoredLock> {
+/// Version 1: owner, count, fence. Version 2 adds the lease end.
+fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
     let owner = raw::load_string_buffer(rdb).ok()?;
     let count = raw::load_unsigned(rdb).ok()?;
     let fence = raw::load_unsigned(rdb).ok()?;
-    let owner: Box<[u8]> = owner.as_ref().into();
+    let lease = if encver >= 2 {
+        raw::load_unsigned(rdb).ok()?
+    } else {
+        LEASE_UNKNOWN
+    };
+    let owner = owner.as_ref();
     if owner.is_empty() || count == 0 || fence == 0 {
         logging::log_warning("lock: refusing a corrupt lock value (empty owner, count or fence)");
         return None;
@@ -108,119 +195,142 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<StoredLock> {
     // A fence that arrives from a file or a master moves our counter, so the
     // next fence this server issues is above it.
     fence::observe(fence);
-    Some(StoredLock {
-        owner,
-        count,
-        fence,
-    })
+    Some(StoredLock::new_raw(owner, count, fence, lease)).filter(|v| !v.is_null())
 }
 
 /// Saves one lock value in the current encoding.
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    // SAFETY: Redis passes a value this type created, alive for the call.
-    let lock = unsafe { &*value.cast::<StoredLock>() };
     guard("rdb_save", (), || {
-        raw::save_slice(rdb, &lock.owner);
+        // SAFETY: Redis passes a value this type created, alive for the call.
+        let lock = unsafe { value_ref(value) };
+        raw::save_slice(rdb, lock.owner());
         raw::save_unsigned(rdb, lock.count);
         raw::save_unsigned(rdb, lock.fence);
+        raw::save_unsigned(rdb, lock.lease);
     });
 }
 
-/// Writes the lock as `LOCK.APPLY key owner count fence`; Redis follows it
-/// with a `PEXPIREAT` for the lease.
+/// Writes the lock as `LOCK.APPLY key owner count fence [PXAT lease]`;
+/// Redis follows it with a `PEXPIREAT` for the key's TTL.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    // SAFETY: Redis passes a value this type created, alive for the call.
-    let lock = unsafe { &*value.cast::<StoredLock>() };
-    let (Some(emit), Ok(count), Ok(fence)) = (
-        // SAFETY: the API table is filled in at module load.
-        unsafe { raw::RedisModule_EmitAOF },
-        CString::new(lock.count.to_string()),
-        CString::new(lock.fence.to_string()),
-    ) else {
-        return;
-    };
-    // SAFETY: the format "sbcc" matches the arguments: a RedisModuleString,
-    // a (pointer, length) buffer, and two NUL-terminated C strings.
-    unsafe {
-        emit(
-            aof,
-            c"LOCK.APPLY".as_ptr(),
-            c"sbcc".as_ptr(),
-            key,
-            lock.owner.as_ptr(),
-            lock.owner.len(),
-            count.as_ptr(),
-            fence.as_ptr(),
-        );
-    }
+    guard("aof_rewrite", (), || {
+        // SAFETY: Redis passes a value this type created, alive for the call.
+        let lock = unsafe { value_ref(value) };
+        let (Some(emit), Ok(count), Ok(fence), Ok(lease)) = (
+            // SAFETY: the API table is filled in at module load.
+            unsafe { raw::RedisModule_EmitAOF },
+            CString::new(lock.count.to_string()),
+            CString::new(lock.fence.to_string()),
+            CString::new(lock.lease.to_string()),
+        ) else {
+            return;
+        };
+        let owner = lock.owner();
+        // SAFETY: each format matches its arguments: a RedisModuleString, a
+        // (pointer, length) buffer, then NUL-terminated C strings.
+        unsafe {
+            if lock.lease == LEASE_UNKNOWN {
+                emit(
+                    aof,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sbcc".as_ptr(),
+                    key,
+                    owner.as_ptr(),
+                    owner.len(),
+                    count.as_ptr(),
+                    fence.as_ptr(),
+                );
+            } else {
+                emit(
+                    aof,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sbcccc".as_ptr(),
+                    key,
+                    owner.as_ptr(),
+                    owner.len(),
+                    count.as_ptr(),
+                    fence.as_ptr(),
+                    c"PXAT".as_ptr(),
+                    lease.as_ptr(),
+                );
+            }
+        }
+    });
 }
 
 /// Bytes this value uses, for `MEMORY USAGE`.
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value this type created, alive for the call.
-    let lock = unsafe { &*value.cast::<StoredLock>() };
-    std::mem::size_of::<StoredLock>() + lock.owner.len()
+    guard("mem_usage", 0, || unsafe { value_ref(value) }.size())
 }
 
 /// Feeds `DEBUG DIGEST`, so master and replica digests can be compared.
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    // SAFETY: Redis passes a value this type created and a live digest.
-    unsafe {
-        let lock = &*value.cast::<StoredLock>();
-        if let (Some(add_buf), Some(add_ll), Some(end)) = (
-            raw::RedisModule_DigestAddStringBuffer,
-            raw::RedisModule_DigestAddLongLong,
-            raw::RedisModule_DigestEndSequence,
-        ) {
-            add_buf(md, lock.owner.as_ptr().cast_mut().cast(), lock.owner.len());
-            add_ll(md, lock.count as i64);
-            add_ll(md, lock.fence as i64);
-            end(md);
+    guard("digest", (), || {
+        // SAFETY: Redis passes a value this type created and a live digest.
+        unsafe {
+            let lock = value_ref(value);
+            if let (Some(add_buf), Some(add_ll), Some(end)) = (
+                raw::RedisModule_DigestAddStringBuffer,
+                raw::RedisModule_DigestAddLongLong,
+                raw::RedisModule_DigestEndSequence,
+            ) {
+                let owner = lock.owner();
+                add_buf(md, owner.as_ptr().cast_mut().cast(), owner.len());
+                add_ll(md, lock.count as i64);
+                add_ll(md, lock.fence as i64);
+                add_ll(md, lock.lease as i64);
+                end(md);
+            }
         }
-    }
+    });
 }
 
 /// Frees a value Redis no longer needs (may run on a lazy-free thread).
 extern "C" fn free(value: *mut c_void) {
     // SAFETY: Redis frees each value it got from us exactly once.
-    drop(unsafe { StoredLock::from_raw(value) });
+    guard("free", (), || unsafe { StoredLock::free_raw(value) });
 }
 
 /// A lock key leaves the keyspace (DEL, expiry, eviction, overwrite…): tell
 /// the event tracker which, so it can tell a lease end from other deletions.
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
-    // SAFETY: Redis passes a live option context for this call.
-    let (name, db) = unsafe {
-        let name = raw::RedisModule_GetKeyNameFromOptCtx.map_or(ptr::null(), |f| f(ctx));
-        let db = raw::RedisModule_GetDbIdFromOptCtx.map_or(-1, |f| f(ctx));
-        (name, db)
-    };
-    if !name.is_null() {
-        events::lock_unlinked(db, RedisString::string_as_slice(name));
-    }
+    guard("unlink2", (), || {
+        // SAFETY: Redis passes a live option context for this call.
+        let (name, db) = unsafe {
+            let name = raw::RedisModule_GetKeyNameFromOptCtx.map_or(ptr::null(), |f| f(ctx));
+            let db = raw::RedisModule_GetDbIdFromOptCtx.map_or(-1, |f| f(ctx));
+            (name, db)
+        };
+        if !name.is_null() {
+            events::lock_unlinked(db, RedisString::string_as_slice(name));
+        }
+    });
 }
 
-/// `COPY`: an independent copy of the value (same owner, count and fence).
+/// `COPY`: an independent copy of the value (same owner, count, fence, lease).
 extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    // SAFETY: Redis passes a value this type created, alive for the call.
-    let lock = unsafe { &*value.cast::<StoredLock>() };
-    guard("copy", ptr::null_mut(), || lock.clone().into_raw())
+    guard("copy", ptr::null_mut(), || {
+        // SAFETY: Redis passes a value this type created, alive for the call.
+        let lock = unsafe { value_ref(value) };
+        StoredLock::new_raw(lock.owner(), lock.count, lock.fence, lock.lease)
+    })
 }
 
 /// Saves the fence counter beside the keys, so a restart from RDB continues it.
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    raw::save_unsigned(rdb, fence::last());
+    guard("aux_save", (), || raw::save_unsigned(rdb, fence::last()));
 }
 
-/// Loads the fence counter (version 1: one unsigned).
+/// Loads the fence counter (every version: one unsigned).
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     guard("aux_load", raw::Status::Err as c_int, || {
         if encver > ENCODING_VERSION {

@@ -10,12 +10,14 @@
 //! leases that ended while held. (3) At the end of loading, the fence
 //! counter is re-based on the clock (see [`on_server_event`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::raw::{c_char, c_int, c_void};
+use std::ptr::{self, NonNull};
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::ffi::{now_ms, waiting};
+use crate::ffi::key::LockKey;
+use crate::ffi::{guard, now_ms, waiting};
 use crate::{cluster, fence, stats};
 
 thread_local! {
@@ -93,6 +95,15 @@ extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
+    guard("keyspace event", (), || keyspace_event(ctx, event, key));
+    raw::Status::Ok as c_int
+}
+
+fn keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) {
     // SAFETY: Redis passes a NUL-terminated event name, a live key name and
     // a context whose selected database is the key's.
     let (event, name, db) = unsafe {
@@ -105,6 +116,15 @@ extern "C" fn on_keyspace_event(
     if event == b"expired" && take_unlinked(db, name) {
         stats::EXPIRED_HELD.incr();
     }
+    if waiting::serving_inline() {
+        return; // our own command frees the lock and serves it itself
+    }
+    if TTL_EVENTS.contains(&event) {
+        if is_lock(ctx, key) {
+            waiting::ttl_changed(ctx, (db, name.to_vec()));
+        }
+        return;
+    }
     if waiting::anyone_waiting() {
         let name = (db, name.to_vec());
         match migrated_to(event, &name) {
@@ -112,51 +132,92 @@ extern "C" fn on_keyspace_event(
                 let error = format!("ASK {} {target}", cluster::key_slot(&name.1));
                 waiting::redirect(ctx, &name, &error);
             }
-            None => waiting::schedule(ctx, name),
+            None => waiting::freed_by_event(ctx, name),
         }
     }
-    raw::Status::Ok as c_int
 }
 
-/// Registers the `MIGRATE` watcher. Only in cluster mode: that is where a
-/// lock's waiters must follow it to another node (elsewhere a `MIGRATE`
-/// frees the lock here like a `DEL`), and it costs a call per command.
-pub fn watch_migrations(ctx: &Context) {
-    // SAFETY: called at module load with its context; the filter is a plain
-    // function that lives as long as the module.
+/// Events that change a key's TTL without this module: a lock's lease must
+/// then be put back (SPEC guarantee 3).
+const TTL_EVENTS: [&[u8]; 3] = [b"persist", b"expire", b"restore"];
+
+/// Whether `key` (in the context's database) holds a lock.
+fn is_lock(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) -> bool {
+    let context = Context::new(ctx);
+    let name = RedisString::new(NonNull::new(ctx), key);
+    let key = LockKey::open(&context, &name, false);
+    let found = matches!(key.stored(), Ok(Some(_)));
+    found
+}
+
+/// Registers the command filter (see [`command_filter`]).
+pub fn watch_commands(ctx: &Context) {
+    // SAFETY: called at module load with its context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx.ctx)) };
+    CLUSTER_MODE.set(flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0);
+    // SAFETY: the filter is a plain function that lives as long as the module.
     unsafe {
-        let flags = raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx.ctx));
-        if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0 {
-            if let Some(register) = raw::RedisModule_RegisterCommandFilter {
-                register(ctx.ctx, Some(migrate_filter), 0);
-            }
+        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+            register(ctx.ctx, Some(command_filter), 0);
         }
     }
 }
 
 thread_local! {
+    /// Whether the server runs in cluster mode: only there do waiters
+    /// follow a lock that `MIGRATE` moves to another node.
+    static CLUSTER_MODE: Cell<bool> = const { Cell::new(false) };
     /// The `MIGRATE` being run: its target and keys. Set when the command
     /// passes the filter, read by the `del` notifications it causes, and
     /// forgotten when the next command passes the filter.
     static MIGRATION: RefCell<Option<(String, Vec<Vec<u8>>)>> = const { RefCell::new(None) };
 }
 
-/// Sees every command before it runs (cluster mode): remembers a `MIGRATE`.
-extern "C" fn migrate_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: Redis passes a live filter context; argument pointers stay
-    // valid during this call, and we copy what we keep.
-    let args: Vec<&[u8]> = unsafe {
-        let count = raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(fctx));
-        let get = raw::RedisModule_CommandFilterArgGet;
-        (0..count)
-            .filter_map(|i| get.map(|f| f(fctx, i)))
-            .filter(|arg| !arg.is_null())
-            .map(|arg| RedisString::string_as_slice(arg))
-            .collect()
-    };
-    let migration = cluster::migration(&args)
-        .map(|m| (m.target, m.keys.into_iter().map(<[u8]>::to_vec).collect()));
-    MIGRATION.set(migration);
+/// Sees every command before it runs. Two jobs, each skipped at the cost of
+/// a flag test when it cannot apply:
+/// - `CLIENT UNBLOCK id [TIMEOUT|ERROR]` of a client that was granted a lock
+///   but has not had its reply yet becomes `CLIENT UNBLOCK 0` (no such
+///   client): that client is no longer waiting, and Redis would otherwise
+///   unblock it a second time (no reply at all on Redis 7.0, or an error
+///   after its fence).
+/// - In cluster mode, remembers a `MIGRATE`, so that waiters on a lock it
+///   moves are redirected to the target.
+extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    guard("command filter", (), || {
+        let cluster_mode = CLUSTER_MODE.get();
+        if !cluster_mode && !waiting::any_granted_not_replied() {
+            return;
+        }
+        // SAFETY: Redis passes a live filter context; argument pointers stay
+        // valid during this call, and we copy what we keep.
+        let args: Vec<&[u8]> = unsafe {
+            let count = raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(fctx));
+            let get = raw::RedisModule_CommandFilterArgGet;
+            (0..count)
+                .filter_map(|i| get.map(|f| f(fctx, i)))
+                .filter(|arg| !arg.is_null())
+                .map(|arg| RedisString::string_as_slice(arg))
+                .collect()
+        };
+        if let Some(id) = cluster::client_unblock_target(&args) {
+            if waiting::granted_not_replied(id) {
+                // SAFETY: a live filter context; the new argument is a fresh
+                // string whose ownership passes to the filter context.
+                unsafe {
+                    let zero = raw::RedisModule_CreateString
+                        .map_or(ptr::null_mut(), |f| f(ptr::null_mut(), c"0".as_ptr(), 1));
+                    if !zero.is_null() {
+                        raw::RedisModule_CommandFilterArgReplace.map(|f| f(fctx, 2, zero));
+                    }
+                }
+            }
+        }
+        if cluster_mode {
+            let migration = cluster::migration(&args)
+                .map(|m| (m.target, m.keys.into_iter().map(<[u8]>::to_vec).collect()));
+            MIGRATION.set(migration);
+        }
+    });
 }
 
 /// The `host:port` a lock went to, if this `del` is `MIGRATE` moving it.
@@ -177,16 +238,28 @@ extern "C" fn on_server_event(
     subevent: u64,
     data: *mut c_void,
 ) {
-    let dbs: Vec<Option<i32>> = match (event.id, subevent) {
+    guard("server event", (), || {
+        server_event(ctx, event, subevent, data)
+    });
+}
+
+fn server_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    // (databases touched, whether a command caused it)
+    let (dbs, in_command): (Vec<Option<i32>>, bool) = match (event.id, subevent) {
         (raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_SUBEVENT_FLUSHDB_END) => {
             // SAFETY: Redis passes a RedisModuleFlushInfo with this event.
             let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
-            vec![(db >= 0).then_some(db)]
+            (vec![(db >= 0).then_some(db)], true)
         }
         (raw::REDISMODULE_EVENT_SWAPDB, _) => {
             // SAFETY: Redis passes a RedisModuleSwapDbInfo with this event.
             let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
-            vec![Some(info.dbnum_first), Some(info.dbnum_second)]
+            (vec![Some(info.dbnum_first), Some(info.dbnum_second)], true)
         }
         (raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_AOF_START) => {
             LOADING_AOF.set(true);
@@ -201,11 +274,11 @@ extern "C" fn on_server_event(
                 // a replica keeps exactly its master's counter.
                 fence::observe(fence::next(0, now_ms()));
             }
-            vec![None]
+            (vec![None], false)
         }
         _ => return,
     };
     for db in dbs {
-        waiting::schedule_db(ctx, db);
+        waiting::freed_db(ctx, db, in_command);
     }
 }

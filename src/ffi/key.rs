@@ -7,9 +7,9 @@ use std::os::raw::c_int;
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::LockError;
-use crate::ffi::datatype::{raw_type, StoredLock};
+use crate::ffi::datatype::{raw_type, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::propagation;
-use crate::lock::{Hold, Lock};
+use crate::lock::{self, Hold, Lock};
 
 /// `RedisModule_Replicate`'s type.
 type ReplicateFn = unsafe extern "C" fn(
@@ -107,33 +107,30 @@ impl<'a> LockKey<'a> {
         u64::try_from(at).ok()
     }
 
-    /// The lock here as the core sees it: owner borrowed from the value,
-    /// plus the key's absolute expiry.
+    /// The lock here as the core sees it: owner borrowed from the value; the
+    /// hold ends at the earlier of its stored lease and the key's expiry.
     pub fn current(&self) -> Result<Option<Lock<'_>>, LockError> {
         let Some(stored) = self.stored()? else {
             return Ok(None);
         };
         Ok(Some(Lock {
-            owner: &stored.owner,
+            owner: stored.owner(),
             hold: Hold {
                 count: stored.count,
                 fence: stored.fence,
-                expires_at: self.expires_at().unwrap_or(u64::MAX),
+                expires_at: lock::lease_end(stored.lease, self.expires_at()),
             },
         }))
     }
 
-    /// Stores `lock` (in place when the key already holds a lock) and, if
-    /// given, the absolute lease end. Replaces a value of another type.
-    pub fn store(&mut self, lock: StoredLock, expires_at: Option<u64>) {
-        match self.value_ptr() {
-            // SAFETY: the key's live value; `&mut self` makes this the only
-            // borrow of it.
-            Ok(current) if !current.is_null() => unsafe { *current = lock },
-            _ => self.set_new(lock),
-        }
-        if let Some(at) = expires_at {
-            self.set_expiry(at);
+    /// Stores a lock decided elsewhere (`LOCK.APPLY`: a master, the AOF) and,
+    /// if given, its lease end, also as the key's expiry. Replaces a value
+    /// of another type.
+    pub fn store(&mut self, owner: &[u8], count: u64, fence: u64, lease: Option<u64>) {
+        let lease = lease.unwrap_or(LEASE_UNKNOWN);
+        self.set_new(StoredLock::new_raw(owner, count, fence, lease));
+        if lease != LEASE_UNKNOWN {
+            self.set_expiry(lease);
         }
     }
 
@@ -144,20 +141,39 @@ impl<'a> LockKey<'a> {
             // SAFETY: the key's live value; `&mut self` makes this the only
             // borrow of it. Same owner (reentry, release, renew): update the
             // numbers in place, no allocation.
-            Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| *l.owner == *owner) => unsafe {
-                (*current).count = hold.count;
-                (*current).fence = hold.fence;
+            Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| l.owner() == owner) => unsafe {
+                (*current).set_hold(hold);
             },
-            _ => self.set_new(StoredLock {
-                owner: owner.into(),
-                count: hold.count,
-                fence: hold.fence,
-            }),
+            _ => self.set_new(StoredLock::new_raw(
+                owner,
+                hold.count,
+                hold.fence,
+                hold.expires_at,
+            )),
         }
         if lease_changed {
             self.set_expiry(hold.expires_at);
         }
         self.replicate_apply(owner, hold);
+    }
+
+    /// Sets the key's expiry back to the lease end `at` (something else
+    /// changed it) and replicates that as `PEXPIREAT`.
+    pub fn restore_expiry(&self, at: u64) {
+        self.set_expiry(at);
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        self.propagate(|ctx, rep| {
+            // SAFETY: "sl": the live key name and a long long.
+            unsafe {
+                rep(
+                    ctx,
+                    c"PEXPIREAT".as_ptr(),
+                    c"sl".as_ptr(),
+                    self.name.inner,
+                    at,
+                )
+            };
+        });
     }
 
     /// Deletes the key (the lock is free) and replicates a `DEL`.
@@ -198,9 +214,12 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    /// Puts a new lock value in the key, replacing whatever was there.
-    fn set_new(&mut self, lock: StoredLock) {
-        let value = lock.into_raw();
+    /// Puts a new lock value (from [`StoredLock::new_raw`]) in the key,
+    /// replacing whatever was there.
+    fn set_new(&mut self, value: *mut std::os::raw::c_void) {
+        if value.is_null() {
+            return;
+        }
         // SAFETY: the key is open for writing; on failure Redis did not take
         // the value, so we free it.
         let status = unsafe {
@@ -210,7 +229,7 @@ impl<'a> LockKey<'a> {
         };
         if status != raw::Status::Ok as c_int {
             // SAFETY: Redis refused `value`, it is still ours.
-            drop(unsafe { StoredLock::from_raw(value) });
+            unsafe { StoredLock::free_raw(value) };
         }
     }
 

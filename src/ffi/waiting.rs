@@ -1,44 +1,69 @@
-//! Blocked waiters: parking clients in `LOCK.ACQUIRE … WAIT` and handing
-//! them the lock when it frees.
+//! Blocked waiters: parking clients in `LOCK.ACQUIRE … WAIT` and carrying
+//! out the hand-off engine's decisions ([`crate::handoff`]).
 //!
-//! - Each waiting client is blocked with `RedisModule_BlockClient` (no
-//!   server-side timeout) and queued in a module-owned FIFO
-//!   ([`crate::queue`]). Its `WAIT` deadline is a module timer, so it fires
-//!   within a millisecond and never races a hand-off (Redis 7.0 checks
-//!   blocking timeouts before it handles module unblocks).
-//! - A lock frees by our own `RELEASE`, or by any command or event Redis
-//!   tells us about (keyspace notifications, flush / swap-db / loading
-//!   events). Notification callbacks must not write, so they only
-//!   [`schedule`] the lock; a 0 ms "pump" timer then serves one waiter per
-//!   freed lock: it writes the lock for the waiter (replicated as an effect,
-//!   like any acquisition) and unblocks it with its fence.
-//! - A lease that ends while clients wait is caught by a timer at the lease
-//!   end, not by Redis's periodic expiry cycle.
+//! - A waiting client is blocked with `RedisModule_BlockClient` (no
+//!   server-side timeout). Its handle is a [`BlockedClient`], a value that is
+//!   consumed when it is unblocked: no path can unblock it twice, and one
+//!   dropped on a panic still answers nil. Its `WAIT` deadline is a module
+//!   timer, so it fires within a millisecond.
+//! - A lock freed by our own command (`RELEASE` to zero, an `ACQUIRE` that
+//!   finds an ended lease) is handed over inside that command
+//!   ([`serve_now`]): the release and the grant are one step for every later
+//!   command and for replicas. A lock freed by another command is reported
+//!   by a keyspace notification or a server event; notification callbacks
+//!   must not write, so the pump runs as a post-notification job where the
+//!   server has them (Redis 7.2+, Valkey) and as a 0 ms timer otherwise.
+//! - While the server pauses writes (`CLIENT PAUSE`, `FAILOVER`, `SHUTDOWN`
+//!   waiting for replicas) the module writes nothing on its own
+//!   (`RedisModule_AvoidReplicaTraffic`): the engine keeps the work and a
+//!   short retry timer brings it back when the pause ends.
+//! - `CLIENT UNBLOCK` of a client already granted (its reply not yet
+//!   written) would, on Redis 7.0, leave it with no reply at all: a command
+//!   filter turns such a call into a no-op (`CLIENT UNBLOCK 0`).
 //!
-//! All of this runs on the server's main thread. The state lives in a
+//! All of this runs on the server's main thread. The engine lives in a
 //! thread-local `RefCell`; no borrow is held across a call into Redis, since
 //! Redis may call back (a keyspace notification) during that call.
 
-use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::cell::{Cell, RefCell};
 use std::ffi::CString;
+use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
-use std::ptr;
+use std::ptr::{self, NonNull};
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms};
-use crate::lock::Hold;
-use crate::queue::{LockName, WaitQueues};
-use crate::{fence, stats};
+use crate::handoff::{Engine, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
+use crate::lock::{self, Hold, TtlFix};
+use crate::queue::LockName;
+use crate::{fence, handoff, stats};
 
-/// One parked client.
-struct Waiter {
-    owner: Vec<u8>,
-    ttl_ms: u64,
-    client: *mut raw::RedisModuleBlockedClient,
-    /// The `WAIT` deadline timer, if the wait has a limit.
+/// A blocked client's handle, owned by whoever must answer it next.
+pub struct BlockedClient(NonNull<raw::RedisModuleBlockedClient>);
+
+impl BlockedClient {
+    /// Unblocks the client; its reply callback then answers `outcome`
+    /// (`None`: the reply was already written, Redis only needs the handle).
+    fn unblock(self, outcome: Option<Outcome>) {
+        let this = ManuallyDrop::new(self);
+        unblock_raw(this.0, outcome);
+    }
+}
+
+impl Drop for BlockedClient {
+    /// Only reached when a path lost the handle (a panic between taking a
+    /// waiter and answering it): answer nil rather than leave it blocked.
+    fn drop(&mut self) {
+        logging::log_warning("lock: a waiting client was answered nil after an internal error");
+        unblock_raw(self.0, Some(Outcome::TimedOut));
+    }
+}
+
+/// One parked client: its handle and its `WAIT` deadline timer.
+pub struct Parked {
+    client: BlockedClient,
     deadline: Option<raw::RedisModuleTimerID>,
 }
 
@@ -51,31 +76,19 @@ enum Outcome {
     Redirect(CString),
 }
 
-#[derive(Default)]
-struct State {
-    queues: WaitQueues<Waiter>,
-    /// Locks to look at in the next pump, in the order they were scheduled.
-    pending: Vec<LockName>,
-    pending_set: HashSet<LockName>,
-    pump_armed: bool,
-    /// Earliest armed lease-end check per lock.
-    lease_checks: HashMap<LockName, u64>,
-    /// Clients handed a lock whose reply is not written yet: if one is
-    /// unblocked or disconnects in that window, the grant is taken back.
-    granted: HashMap<u64, (LockName, Vec<u8>, u64)>,
-    revokes: Vec<(LockName, Vec<u8>, u64)>,
-}
-
 thread_local! {
-    static STATE: RefCell<State> = RefCell::new(State::default());
+    static ENGINE: RefCell<Engine<Parked>> = RefCell::new(Engine::default());
+    /// Set while a command of ours frees a lock and serves its waiters
+    /// itself: the notifications it sends need no pump.
+    static SERVING_INLINE: Cell<bool> = const { Cell::new(false) };
 }
 
-fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
-    STATE.with_borrow_mut(f)
+fn with<R>(f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
+    ENGINE.with_borrow_mut(f)
 }
 
 // ---------------------------------------------------------------------------
-// Questions the command handlers ask.
+// Questions the command handlers and events ask.
 // ---------------------------------------------------------------------------
 
 /// The lock name of `key` in the context's selected database.
@@ -85,7 +98,7 @@ pub fn lock_name(ctx: &Context, key: &RedisString) -> LockName {
 
 /// How many clients wait on `key` (in the selected database).
 pub fn waiters(ctx: &Context, key: &RedisString) -> usize {
-    waiting_on(ctx, key).map_or(0, |name| with(|s| s.queues.len(&name)))
+    waiting_on(ctx, key).map_or(0, |name| with(|e| e.waiters(&name)))
 }
 
 /// The lock name of `key` if clients wait on it (a free lock is then
@@ -95,42 +108,51 @@ pub fn waiting_on(ctx: &Context, key: &RedisString) -> Option<LockName> {
         return None;
     }
     let name = lock_name(ctx, key);
-    has_waiters(&name).then_some(name)
-}
-
-fn has_waiters(name: &LockName) -> bool {
-    with(|s| s.queues.has_waiters(name))
+    with(|e| e.has_waiters(&name)).then_some(name)
 }
 
 /// Whether any client waits at all (the fast path of every notification).
 pub fn anyone_waiting() -> bool {
-    with(|s| s.queues.total() > 0)
+    with(|e| e.anyone_waiting())
 }
 
 /// Whether this command may block: not inside MULTI, Lua or a function.
 pub fn can_block(ctx: &Context) -> bool {
-    // SAFETY: the command's live context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx.ctx)) };
     let deny = raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
         | raw::REDISMODULE_CTX_FLAGS_MULTI
         | raw::REDISMODULE_CTX_FLAGS_LUA;
-    flags & deny as c_int == 0
+    context_flags(ctx.ctx) & deny as c_int == 0
+}
+
+/// Whether our own notifications are being handled inline right now.
+pub fn serving_inline() -> bool {
+    SERVING_INLINE.get()
+}
+
+/// Runs `body` (a command freeing a lock and serving it) with the pump for
+/// its own notifications turned off.
+pub fn inline<R>(body: impl FnOnce() -> R) -> R {
+    let before = SERVING_INLINE.replace(true);
+    let result = body();
+    SERVING_INLINE.set(before);
+    result
 }
 
 // ---------------------------------------------------------------------------
 // Blocking a client.
 // ---------------------------------------------------------------------------
 
-/// Parks the calling client at the back of `name`'s queue. `holder_expiry`
-/// is the current holder's lease end, checked then even if Redis is late.
+/// Parks the calling client at the back of `name`'s queue. `holder_until`
+/// is the current hold's lease end, checked then. `false`: it could not be
+/// blocked, and the caller answers nil.
 pub fn block(
     ctx: &Context,
     name: LockName,
     owner: &[u8],
     ttl_ms: u64,
     timeout_ms: u64,
-    holder_expiry: Option<u64>,
-) {
+    holder_until: Option<u64>,
+) -> bool {
     // SAFETY: the command's live context; the callbacks are plain functions.
     let (client, id) = unsafe {
         let client = raw::RedisModule_BlockClient.map_or(ptr::null_mut(), |f| {
@@ -142,63 +164,85 @@ pub fn block(
                 0,
             )
         });
-        if let Some(set) = raw::RedisModule_SetDisconnectCallback {
-            set(client, Some(disconnect_cb));
-        }
         (
             client,
             raw::RedisModule_GetClientId.map_or(0, |f| f(ctx.ctx)),
         )
     };
+    let Some(client) = NonNull::new(client) else {
+        return false;
+    };
+    // SAFETY: a handle just returned by RedisModule_BlockClient.
+    unsafe {
+        if let Some(set) = raw::RedisModule_SetDisconnectCallback {
+            set(client.as_ptr(), Some(disconnect_cb));
+        }
+    }
     let deadline = (timeout_ms > 0)
         .then(|| create_timer(ctx.ctx, timeout_ms, deadline_cb, id as usize as *mut c_void));
     let waiter = Waiter {
         owner: owner.to_vec(),
         ttl_ms,
-        client,
-        deadline,
+        handle: Parked {
+            client: BlockedClient(client),
+            deadline,
+        },
     };
-    // A client waits in one place at a time, and a blocked client sends no
-    // command, so this push cannot fail; if it ever did, the client gets
-    // nil now rather than hanging unqueued.
-    let queued = with(|s| s.queues.push(name.clone(), id, waiter));
-    if !queued {
-        stop_deadline(ctx.ctx, deadline);
-        unblock(client, Some(Outcome::TimedOut));
-        return;
+    match with(|e| e.park(name, id, waiter, holder_until, now_ms())) {
+        Ok(timer) => {
+            stats::WAITING.add(1);
+            arm_lease_check(ctx.ctx, timer);
+        }
+        Err(waiter) => {
+            stop_timer(ctx.ctx, waiter.handle.deadline);
+            waiter.handle.client.unblock(Some(Outcome::TimedOut));
+        }
     }
-    stats::WAITING.add(1);
-    if let Some(at) = holder_expiry {
-        arm_lease_check(ctx.ctx, name, at);
+    true
+}
+
+// ---------------------------------------------------------------------------
+// Reports that a lock may have freed, or that its TTL changed.
+// ---------------------------------------------------------------------------
+
+/// A keyspace notification says `name` may have freed: serve it once the
+/// command that freed it is done.
+pub fn freed_by_event(ctx: *mut raw::RedisModuleCtx, name: LockName) {
+    if with(|e| e.freed(name)) {
+        arm_pump(ctx, true);
     }
 }
 
-/// Asks for `name` to be looked at soon: if it is free then, its
-/// longest-waiting client gets it. Cheap and idempotent.
-pub fn schedule(ctx: *mut raw::RedisModuleCtx, name: LockName) {
-    let arm = with(|s| {
-        if !s.queues.has_waiters(&name) || !s.pending_set.insert(name.clone()) {
-            return false;
+/// A flush, swap-db or load touched database `db` (`None`: all): every lock
+/// with waiters there may be free.
+pub fn freed_db(ctx: *mut raw::RedisModuleCtx, db: Option<i32>, in_command: bool) {
+    let arm = with(|e| {
+        let mut arm = false;
+        for name in e.names_in(db) {
+            arm |= e.freed(name);
         }
-        s.pending.push(name);
-        !std::mem::replace(&mut s.pump_armed, true)
+        arm
     });
     if arm {
-        create_timer(ctx, 0, pump_cb, ptr::null_mut());
+        arm_pump(ctx, in_command);
     }
 }
 
-/// Schedules every lock with waiters in `db` (`None`: all databases).
-pub fn schedule_db(ctx: *mut raw::RedisModuleCtx, db: Option<i32>) {
-    for name in with(|s| s.queues.names_in(db)) {
-        schedule(ctx, name);
+/// Another command changed the TTL of the lock `name`: put the lease back
+/// once that command is done.
+pub fn ttl_changed(ctx: *mut raw::RedisModuleCtx, name: LockName) {
+    if with(|e| e.ttl_changed(name)) {
+        arm_pump(ctx, true);
     }
 }
 
 /// The holder's lease of `key` now ends at `at`: check then, if clients wait.
 pub fn lease_changed(ctx: &Context, key: &RedisString, at: u64) {
     if let Some(name) = waiting_on(ctx, key) {
-        arm_lease_check(ctx.ctx, name, at);
+        let timer = with(|e| e.serve(&name, Key::Held { until: at }, now_ms(), true));
+        if let Serve::Wait(timer) = timer {
+            arm_lease_check(ctx.ctx, timer);
+        }
     }
 }
 
@@ -206,77 +250,156 @@ pub fn lease_changed(ctx: &Context, key: &RedisString, at: u64) {
 // Serving waiters.
 // ---------------------------------------------------------------------------
 
-/// The pump: takes back revoked grants, then serves each scheduled lock.
-extern "C" fn pump_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard("pump", (), || {
-        let (pending, revokes) = with(|s| {
-            s.pump_armed = false;
-            s.pending_set.clear();
-            (
-                std::mem::take(&mut s.pending),
-                std::mem::take(&mut s.revokes),
-            )
-        });
-        let ctx = Context::new(ctx);
-        for (name, owner, fence) in revokes {
-            revoke(&ctx, &name, &owner, fence);
-        }
-        for name in pending {
-            serve(&ctx, &name);
-        }
-    });
+/// Inside one of our commands that may have freed `name`: hand it to its
+/// longest-waiting client now, in the same command.
+pub fn serve_now(ctx: &Context, name: &LockName) {
+    serve(ctx, name, true);
 }
 
-/// If `name` is free, grants it to its longest-waiting client.
-fn serve(ctx: &Context, name: &LockName) {
-    if !is_writable_master(ctx) || !has_waiters(name) {
+/// Whether the module may write on its own now: a master, not loading,
+/// writes not paused.
+fn may_write(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let not_now = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if context_flags(ctx) & not_now as c_int != 0 {
+        return false;
+    }
+    // SAFETY: takes no arguments; set once the module is initialised.
+    let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) };
+    paused == 0
+}
+
+/// Whether this node is a replica or loading: work for the master or for
+/// the end of loading, not for now.
+fn not_a_writer(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let flags = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    context_flags(ctx) & flags as c_int != 0
+}
+
+/// Looks at `name` and carries out the engine's decision.
+fn serve(ctx: &Context, name: &LockName, in_command: bool) {
+    let now = now_ms();
+    if !in_command && !may_write(ctx.ctx) {
+        // The key is not even opened: during a pause Redis keeps expired
+        // keys, and writing over one aborts the server.
+        if let Serve::Paused { arm_retry: true } = with(|e| e.serve(name, Key::Free, now, false)) {
+            arm_retry(ctx.ctx);
+        }
         return;
     }
+    if !in_command {
+        select_db(ctx.ctx, name.0);
+    }
+    let key_name = RedisString::create_from_slice(ctx.ctx, &name.1);
+    let mut key = if in_command {
+        LockKey::open(ctx, &key_name, true)
+    } else {
+        LockKey::open_in_timer(ctx, &key_name)
+    };
+    let seen = match key.current() {
+        Ok(None) => Key::Free,
+        Ok(Some(lock)) => Key::Held {
+            until: lock.hold.expires_at,
+        },
+        Err(_) => Key::Foreign {
+            until: key.expires_at(),
+        },
+    };
+    match with(|e| e.serve(name, seen, now, true)) {
+        Serve::Wait(timer) => arm_lease_check(ctx.ctx, timer),
+        Serve::Paused { .. } => {}
+        Serve::Grant(grant) => hand_over(ctx, &mut key, name, grant, now),
+    }
+}
+
+/// Writes the lock for the granted client and unblocks it with its fence.
+fn hand_over(ctx: &Context, key: &mut LockKey, name: &LockName, grant: Grant<Parked>, now: u64) {
+    let Grant {
+        id,
+        waiter,
+        end_previous,
+        until,
+        then,
+    } = grant;
+    let Waiter { owner, handle, .. } = waiter;
+    stats::WAITING.add(-1);
+    stop_timer(ctx.ctx, handle.deadline);
+    inline(|| {
+        if end_previous {
+            // The lease ended at its expiry; Redis would expire the key only a
+            // millisecond later (once now > expiry). Free it as Redis would.
+            key.delete();
+            key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
+        }
+        let hold = Hold {
+            count: 1,
+            fence: fence::issue(now),
+            expires_at: until,
+        };
+        key.apply(&owner, hold, true);
+        key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.acquire");
+        stats::ACQUIRED.incr();
+        stats::HANDOFFS.incr();
+        let fence = hold.fence;
+        with(|e| {
+            e.granted(
+                id,
+                InFlight {
+                    name: name.clone(),
+                    owner,
+                    fence,
+                },
+            )
+        });
+        handle.client.unblock(Some(Outcome::Granted(fence)));
+    });
+    arm_lease_check(ctx.ctx, then);
+}
+
+/// Takes back a grant whose client never got the reply: frees the lock if
+/// it is still that grant, and serves the next waiter.
+fn revoke(ctx: &Context, grant: &InFlight) {
+    select_db(ctx.ctx, grant.name.0);
+    let key_name = RedisString::create_from_slice(ctx.ctx, &grant.name.1);
+    let key = LockKey::open_in_timer(ctx, &key_name);
+    let ours = matches!(key.current(), Ok(Some(lock))
+        if lock.owner == grant.owner.as_slice() && lock.hold.fence == grant.fence);
+    if ours {
+        inline(|| {
+            key.delete();
+            key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+        });
+        drop(key);
+        serve(ctx, &grant.name, false);
+    }
+}
+
+/// Puts back the lease of a lock whose TTL another command changed, or
+/// deletes it if its lease has ended (SPEC guarantee 3).
+fn fix_ttl(ctx: &Context, name: &LockName) {
     select_db(ctx.ctx, name.0);
     let key_name = RedisString::create_from_slice(ctx.ctx, &name.1);
-    let mut key = LockKey::open_in_timer(ctx, &key_name);
-    let now = now_ms();
-    match key.current() {
-        Ok(None) => {}
-        // The lease ended at `expires_at`; Redis would expire the key only
-        // a millisecond later (once now > expiry). The lock is free now: say
-        // so as Redis would, and hand it over without that extra wait.
-        Ok(Some(lock)) if !lock.is_live(now) => {
-            key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
-            stats::EXPIRED_HELD.incr();
-        }
-        Ok(Some(lock)) => return arm_lease_check(ctx.ctx, name.clone(), lock.hold.expires_at),
-        // Another type (a SET overwrote the lock): wait for that key to go,
-        // which Redis does once now > its expiry.
-        Err(_) => {
-            if let Some(at) = key.expires_at() {
-                arm_lease_check(ctx.ctx, name.clone(), at.saturating_add(1));
-            }
-            return;
-        }
-    }
-    let Some((id, waiter)) = with(|s| s.queues.pop(name)) else {
+    let key = LockKey::open_in_timer(ctx, &key_name);
+    let Ok(Some(stored)) = key.stored() else {
         return;
     };
-    stats::WAITING.add(-1);
-    stop_deadline(ctx.ctx, waiter.deadline);
-    let hold = Hold {
-        count: 1,
-        fence: fence::issue(now),
-        expires_at: now.saturating_add(waiter.ttl_ms),
-    };
-    key.apply(&waiter.owner, hold, true);
-    key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.acquire");
-    drop(key);
-    stats::ACQUIRED.incr();
-    stats::HANDOFFS.incr();
-    with(|s| {
-        s.granted
-            .insert(id, (name.clone(), waiter.owner, hold.fence))
-    });
-    unblock(waiter.client, Some(Outcome::Granted(hold.fence)));
-    if has_waiters(name) {
-        arm_lease_check(ctx.ctx, name.clone(), hold.expires_at);
+    match lock::ttl_fix(stored.lease, key.expires_at(), now_ms()) {
+        TtlFix::Keep => {}
+        TtlFix::Restore(at) => {
+            key.restore_expiry(at);
+            // Waiters check at the lease end, not at the TTL someone set.
+            let timer = with(|e| e.serve(name, Key::Held { until: at }, now_ms(), true));
+            if let Serve::Wait(timer) = timer {
+                arm_lease_check(ctx.ctx, timer);
+            }
+        }
+        TtlFix::Delete => {
+            inline(|| {
+                key.delete();
+                key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+            });
+            drop(key);
+            serve(ctx, name, false);
+        }
     }
 }
 
@@ -287,58 +410,128 @@ pub fn redirect(ctx: *mut raw::RedisModuleCtx, name: &LockName, error: &str) {
     let Ok(error) = CString::new(error) else {
         return;
     };
-    while let Some((_, waiter)) = with(|s| s.queues.pop(name)) {
+    for waiter in with(|e| e.drain(name)) {
         stats::WAITING.add(-1);
-        stop_deadline(ctx, waiter.deadline);
-        unblock(waiter.client, Some(Outcome::Redirect(error.clone())));
+        stop_timer(ctx, waiter.handle.deadline);
+        waiter
+            .handle
+            .client
+            .unblock(Some(Outcome::Redirect(error.clone())));
     }
 }
 
-/// Takes back a grant whose client never got the reply: frees the lock if it
-/// is still that grant, and serves the next waiter.
-fn revoke(ctx: &Context, name: &LockName, owner: &[u8], fence: u64) {
-    if !is_writable_master(ctx) {
+/// The pump: takes back revoked grants, fixes TTLs, then serves each lock
+/// reported free, in order. Defers it all while writes are paused.
+fn pump(ctx: &Context) {
+    let work = with(|e| e.take_pending());
+    if work == Pending::default() {
         return;
     }
-    select_db(ctx.ctx, name.0);
-    let key_name = RedisString::create_from_slice(ctx.ctx, &name.1);
-    let key = LockKey::open_in_timer(ctx, &key_name);
-    if let Ok(Some(lock)) = key.current() {
-        if lock.owner == owner && lock.hold.fence == fence {
-            key.delete();
-            drop(key);
-            schedule(ctx.ctx, name.clone());
+    if not_a_writer(ctx.ctx) {
+        // A replica's master does this work; loading reports every lock
+        // with waiters again when it ends.
+        return;
+    }
+    if !may_write(ctx.ctx) {
+        if with(|e| e.defer(work)) {
+            arm_retry(ctx.ctx);
         }
+        return;
+    }
+    for grant in &work.revokes {
+        revoke(ctx, grant);
+    }
+    for name in &work.ttl_fixes {
+        fix_ttl(ctx, name);
+    }
+    for name in &work.serves {
+        serve(ctx, name, false);
     }
 }
 
-/// Grants and revokes change data: only on a master that is not loading.
-fn is_writable_master(ctx: &Context) -> bool {
-    // SAFETY: a live context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx.ctx)) };
-    let not_now = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    flags & not_now as c_int == 0
+/// Arms the pump: a post-notification job when asked and the server has
+/// them (it then runs right after the command that caused the event), else
+/// a 0 ms timer (before the server next reads from clients).
+fn arm_pump(ctx: *mut raw::RedisModuleCtx, from_command: bool) {
+    if from_command {
+        // SAFETY: a live context inside a notification or event of a command;
+        // the job takes no data.
+        let added = unsafe {
+            raw::RedisModule_AddPostNotificationJob.map_or(raw::Status::Err as c_int, |f| {
+                f(ctx, Some(pump_job_cb), ptr::null_mut(), None)
+            })
+        };
+        if added == raw::Status::Ok as c_int {
+            return;
+        }
+    }
+    create_timer(ctx, 0, pump_timer_cb, ptr::null_mut());
+}
+
+fn arm_retry(ctx: *mut raw::RedisModuleCtx) {
+    create_timer(ctx, handoff::PAUSE_RETRY_MS, retry_cb, ptr::null_mut());
+}
+
+/// Arms a lease check the engine asked for.
+fn arm_lease_check(ctx: *mut raw::RedisModuleCtx, timer: Option<Timer>) {
+    if let Some(Timer { name, at, delay_ms }) = timer {
+        let data = Box::into_raw(Box::new((name, at))).cast::<c_void>();
+        create_timer(ctx, delay_ms, lease_cb, data);
+    }
 }
 
 // ---------------------------------------------------------------------------
-// Leaving the queue: deadline, CLIENT UNBLOCK, disconnect.
+// Callbacks: timers and jobs.
 // ---------------------------------------------------------------------------
 
+/// The pump, run as a post-notification job.
+extern "C" fn pump_job_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard("pump job", (), || pump(&Context::new(ctx)));
+}
+
+/// The pump, run as a 0 ms timer.
+extern "C" fn pump_timer_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard("pump", (), || pump(&Context::new(ctx)));
+}
+
+/// The pause retry: pump again (it defers again if still paused).
+extern "C" fn retry_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard("pause retry", (), || {
+        with(|e| e.retry_fired());
+        pump(&Context::new(ctx));
+    });
+}
+
+/// A lease-end check fired: serve the lock now.
+extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    guard("lease check", (), || {
+        // SAFETY: `arm_lease_check` passed a boxed (LockName, u64), used once.
+        let (name, at) = *unsafe { Box::from_raw(data.cast::<(LockName, u64)>()) };
+        with(|e| e.lease_check_fired(&name, at));
+        serve(&Context::new(ctx), &name, false);
+    });
+}
+
 /// The `WAIT` deadline passed: reply nil.
-extern "C" fn deadline_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+extern "C" fn deadline_cb(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard("deadline", (), || {
         let id = data as usize as u64;
         // This timer is the one firing: Redis frees it after this callback,
-        // so it must not be stopped here too.
-        with(|s| s.queues.get_mut(id).map(|w| w.deadline = None));
-        if let Some(waiter) = leave(ctx, id, false) {
+        // so it is not stopped here.
+        if let Some(waiter) = with(|e| e.leave(id)) {
+            stats::WAITING.add(-1);
             stats::WAIT_TIMEOUTS.incr();
-            unblock(waiter.client, Some(Outcome::TimedOut));
+            waiter.handle.client.unblock(Some(Outcome::TimedOut));
         }
     });
 }
 
-/// `CLIENT UNBLOCK id` (nil reply): the client leaves the queue.
+// ---------------------------------------------------------------------------
+// Callbacks: blocked clients.
+// ---------------------------------------------------------------------------
+
+/// `CLIENT UNBLOCK id` (nil reply). Redis calls it only for a client we have
+/// not unblocked yet.
 extern "C" fn timeout_cb(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -346,70 +539,47 @@ extern "C" fn timeout_cb(
 ) -> c_int {
     guard("unblock", (), || {
         // SAFETY: Redis calls this with the blocked client's context.
-        let (id, client) = unsafe {
-            (
-                raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)),
-                raw::RedisModule_GetBlockedClientHandle.map_or(ptr::null_mut(), |f| f(ctx)),
-            )
-        };
-        leave(ctx, id, true);
+        let id = unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)) };
+        let waiter = with(|e| e.leave(id));
         // SAFETY: the reply goes to the client being unblocked.
         unsafe {
             raw::RedisModule_ReplyWithNull.map(|f| f(ctx));
         }
-        // Redis needs the handle back to free it; no reply follows.
-        unblock(client, None);
+        if let Some(waiter) = waiter {
+            stats::WAITING.add(-1);
+            stop_timer(ctx, waiter.handle.deadline);
+            // The reply is written; Redis needs the handle back to free it.
+            waiter.handle.client.unblock(None);
+        }
     });
     raw::Status::Ok as c_int
 }
 
 /// The client disconnected, or `CLIENT UNBLOCK … ERROR` (Redis replies the
-/// error itself): it leaves the queue.
+/// error itself). Redis calls this even after we unblocked the client, until
+/// its reply is written: then there is nothing to unblock, but a grant it
+/// will never hear of is taken back.
 extern "C" fn disconnect_cb(
     ctx: *mut raw::RedisModuleCtx,
-    client: *mut raw::RedisModuleBlockedClient,
+    _client: *mut raw::RedisModuleBlockedClient,
 ) {
     guard("disconnect", (), || {
         // SAFETY: Redis calls this with a context naming the leaving client.
         let id = unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)) };
-        leave(ctx, id, true);
-        unblock(client, None);
-    });
-}
-
-/// Takes client `id` out of its queue. `revoke_grant`: it is gone for good,
-/// so a grant it never heard of is taken back.
-fn leave(ctx: *mut raw::RedisModuleCtx, id: u64, revoke_grant: bool) -> Option<Waiter> {
-    let (waiter, grant) = with(|s| {
-        let waiter = s.queues.remove(id).map(|(_, w)| w);
-        let grant = if revoke_grant {
-            s.granted.remove(&id)
-        } else {
-            None
-        };
-        (waiter, grant)
-    });
-    if let Some(grant) = grant {
-        // The pump runs the revoke; arm it even if no lock is pending.
-        let arm = with(|s| {
-            s.revokes.push(grant);
-            !std::mem::replace(&mut s.pump_armed, true)
-        });
-        if arm {
-            create_timer(ctx, 0, pump_cb, ptr::null_mut());
+        match with(|e| e.gone(id)) {
+            Gone::Waiting(waiter) => {
+                stats::WAITING.add(-1);
+                stop_timer(ctx, waiter.handle.deadline);
+                waiter.handle.client.unblock(None);
+            }
+            // Not from a command: a job would wait for the next one.
+            Gone::Revoke { arm_pump: true } => arm_pump(ctx, false),
+            Gone::Revoke { arm_pump: false } | Gone::Unknown => {}
         }
-    }
-    let waiter = waiter?;
-    stats::WAITING.add(-1);
-    stop_deadline(ctx, waiter.deadline);
-    Some(waiter)
+    });
 }
 
-// ---------------------------------------------------------------------------
-// Replies to unblocked clients.
-// ---------------------------------------------------------------------------
-
-/// Writes the reply of a client we unblocked: its fence, or nil.
+/// Writes the reply of a client we unblocked: its fence, nil, or an error.
 extern "C" fn reply_cb(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -420,7 +590,7 @@ extern "C" fn reply_cb(
         // the private data we passed to RedisModule_UnblockClient.
         unsafe {
             let id = raw::RedisModule_GetClientId.map_or(0, |f| f(ctx));
-            with(|s| s.granted.remove(&id));
+            with(|e| e.replied(id));
             let outcome = raw::RedisModule_GetBlockedClientPrivateData
                 .map_or(ptr::null_mut(), |f| f(ctx))
                 .cast::<Outcome>();
@@ -443,61 +613,39 @@ extern "C" fn reply_cb(
 
 /// Frees the private data given to `RedisModule_UnblockClient`.
 extern "C" fn free_privdata(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: only `unblock` passes private data: a boxed Outcome.
-        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
-    }
+    guard("free privdata", (), || {
+        if !data.is_null() {
+            // SAFETY: only `unblock_raw` passes private data: a boxed Outcome.
+            drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+        }
+    });
 }
 
-/// Unblocks `client`; the reply callback then answers with `outcome`.
-fn unblock(client: *mut raw::RedisModuleBlockedClient, outcome: Option<Outcome>) {
-    if client.is_null() {
-        return;
-    }
+/// Whether `CLIENT UNBLOCK id` must not touch client `id`: it was granted a
+/// lock and its reply is on the way (see the module docs above).
+pub fn granted_not_replied(id: u64) -> bool {
+    with(|e| e.is_in_flight(id))
+}
+
+/// Whether any grant awaits its reply (the command filter's fast path).
+pub fn any_granted_not_replied() -> bool {
+    with(|e| e.any_in_flight())
+}
+
+fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<Outcome>) {
     let data = outcome.map_or(ptr::null_mut(), |o| {
         Box::into_raw(Box::new(o)).cast::<c_void>()
     });
     // SAFETY: `client` is a handle from RedisModule_BlockClient not yet
-    // unblocked (each path that gets here took its waiter out first).
+    // unblocked: each BlockedClient is consumed by its one unblock.
     unsafe {
-        raw::RedisModule_UnblockClient.map(|f| f(client, data));
+        raw::RedisModule_UnblockClient.map(|f| f(client.as_ptr(), data));
     }
 }
 
 // ---------------------------------------------------------------------------
-// Timers and small helpers.
+// Small helpers.
 // ---------------------------------------------------------------------------
-
-/// Arms a check of `name` at `at` (unix ms), unless an earlier one is armed
-/// (it re-arms for the later end when it finds the lock held).
-fn arm_lease_check(ctx: *mut raw::RedisModuleCtx, name: LockName, at: u64) {
-    let arm = with(|s| match s.lease_checks.get(&name) {
-        Some(&armed) if armed <= at => false,
-        _ => {
-            s.lease_checks.insert(name.clone(), at);
-            true
-        }
-    });
-    if arm {
-        let delay = at.saturating_sub(now_ms());
-        let data = Box::into_raw(Box::new((name, at))).cast::<c_void>();
-        create_timer(ctx, delay, lease_cb, data);
-    }
-}
-
-/// A lease-end check fired: serve the lock now (Redis expires it on open).
-extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: `arm_lease_check` passed a boxed (LockName, u64), used once.
-    let (name, at) = *unsafe { Box::from_raw(data.cast::<(LockName, u64)>()) };
-    guard("lease check", (), || {
-        with(|s| {
-            if s.lease_checks.get(&name) == Some(&at) {
-                s.lease_checks.remove(&name);
-            }
-        });
-        serve(&Context::new(ctx), &name);
-    });
-}
 
 fn create_timer(
     ctx: *mut raw::RedisModuleCtx,
@@ -505,13 +653,13 @@ fn create_timer(
     callback: extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void),
     data: *mut c_void,
 ) -> raw::RedisModuleTimerID {
-    let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
+    let delay = i64::try_from(delay_ms.min(handoff::MAX_DELAY_MS)).unwrap_or(0);
     // SAFETY: a live context of this module; `data` is handed back to
     // `callback` once, when the timer fires.
     unsafe { raw::RedisModule_CreateTimer.map_or(0, |f| f(ctx, delay, Some(callback), data)) }
 }
 
-fn stop_deadline(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModuleTimerID>) {
+fn stop_timer(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModuleTimerID>) {
     if let Some(id) = timer {
         // SAFETY: a live context of this module; deadline timers carry no
         // allocation, so the returned data needs no freeing.
@@ -520,6 +668,11 @@ fn stop_deadline(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModuleTi
             raw::RedisModule_StopTimer.map(|f| f(ctx, id, &mut data));
         }
     }
+}
+
+fn context_flags(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    // SAFETY: a live context.
+    unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) }
 }
 
 fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {

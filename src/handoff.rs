@@ -1,0 +1,628 @@
+//! The hand-off engine: which waiting client gets a lock when it frees, and
+//! when to look at a lock again.
+//!
+//! Pure: no Redis, time passed in. The glue (`ffi::waiting`) feeds it what
+//! happened — a client parks, a lock may have freed, a lease or a deadline
+//! timer fired, a client left, writes were paused — together with what it
+//! saw in the lock's key, and executes the decision: grant (write the lock,
+//! reply the fence), answer a client, arm a timer, take a grant back.
+//!
+//! Each waiting client's handle `H` lives inside the engine until a decision
+//! hands it back, once, to the one path that answers it: a handle cannot be
+//! answered twice or forgotten.
+//!
+//! Rules kept here:
+//! - First come, first served: [`Engine::serve`] grants only the head of a
+//!   lock's queue, and only when the lock is free (or its lease has ended).
+//! - Nothing is written while writes are paused: a lock to serve then stays
+//!   pending, and one retry timer brings it back ([`Serve::Paused`]).
+//! - A timer is never armed for "never", and no delay exceeds
+//!   [`MAX_DELAY_MS`]; a lock has at most one lease check armed, the earliest.
+//! - A client that left is never granted; a grant whose reply the client
+//!   never got is taken back ([`Engine::gone`]).
+
+use std::collections::{HashMap, HashSet};
+
+use crate::queue::{LockName, WaitQueues};
+
+/// The longest timer delay: 2^40 ms, as `ttl-ms` (a timer further away
+/// would overflow the server's timer arithmetic).
+pub const MAX_DELAY_MS: u64 = 1 << 40;
+
+/// How soon a paused server is looked at again, in ms: hand-offs resume
+/// within this much of the pause's end.
+pub const PAUSE_RETRY_MS: u64 = 2;
+
+/// A parked client: who it will hold the lock as, for how long, and the
+/// glue's handle to answer it.
+#[derive(Debug)]
+pub struct Waiter<H> {
+    pub owner: Vec<u8>,
+    pub ttl_ms: u64,
+    pub handle: H,
+}
+
+/// What the glue saw in a lock's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// No key: the lock is free.
+    Free,
+    /// A lock whose hold ends at `until` (unix ms; ended if `until <= now`).
+    Held { until: u64 },
+    /// A value of another type (a `SET` overwrote the lock), expiring at
+    /// `until` if it has a TTL. Waiters wait for it to go, as `BLPOP` does.
+    Foreign { until: Option<u64> },
+}
+
+/// A lease check to arm: look at `name` again in `delay_ms` (at `at`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timer {
+    pub name: LockName,
+    pub at: u64,
+    pub delay_ms: u64,
+}
+
+/// A lock handed to a waiting client.
+#[derive(Debug)]
+pub struct Grant<H> {
+    /// The client's id.
+    pub id: u64,
+    pub waiter: Waiter<H>,
+    /// The previous hold's lease has ended but its key is still there: the
+    /// glue frees it (as the expiry Redis would run) before writing.
+    pub end_previous: bool,
+    /// The new hold's lease end.
+    pub until: u64,
+    /// Clients still wait: check again at the new lease's end.
+    pub then: Option<Timer>,
+}
+
+/// The decision of [`Engine::serve`].
+#[derive(Debug)]
+pub enum Serve<H> {
+    /// Nobody to serve now; look again when the timer fires, if any.
+    Wait(Option<Timer>),
+    /// Writes are paused: the lock stays pending. `arm_retry`: the glue
+    /// arms the retry timer ([`PAUSE_RETRY_MS`]), then calls
+    /// [`Engine::retry_fired`] and serves what [`Engine::take_pending`] gives.
+    Paused { arm_retry: bool },
+    /// Hand the lock over.
+    Grant(Grant<H>),
+}
+
+/// A grant made but whose reply the client has not received yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlight {
+    pub name: LockName,
+    pub owner: Vec<u8>,
+    pub fence: u64,
+}
+
+/// What [`Engine::gone`] found for a client that left.
+#[derive(Debug)]
+pub enum Gone<H> {
+    /// It was waiting: here is its handle, to answer (or release) once.
+    Waiting(Waiter<H>),
+    /// It had been granted the lock but never got the reply: the grant is
+    /// queued to be taken back; `arm_pump` as for [`Engine::freed`].
+    Revoke { arm_pump: bool },
+    /// Nothing of it here (already answered).
+    Unknown,
+}
+
+/// Work the pump does when it runs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Grants to take back (first, so the lock can go to the next waiter).
+    pub revokes: Vec<InFlight>,
+    /// Locks whose TTL someone else changed: put the lease back.
+    pub ttl_fixes: Vec<LockName>,
+    /// Locks that may have freed, in the order they were reported.
+    pub serves: Vec<LockName>,
+}
+
+/// The engine's whole state.
+pub struct Engine<H> {
+    queues: WaitQueues<Waiter<H>>,
+    pending: Pending,
+    pending_set: HashSet<LockName>,
+    /// A pump (post-notification job or 0 ms timer) is armed.
+    pump_armed: bool,
+    /// The pause retry timer is armed.
+    retry_armed: bool,
+    /// Earliest armed lease check per lock.
+    lease_checks: HashMap<LockName, u64>,
+    in_flight: HashMap<u64, InFlight>,
+}
+
+impl<H> Default for Engine<H> {
+    fn default() -> Self {
+        Engine {
+            queues: WaitQueues::default(),
+            pending: Pending::default(),
+            pending_set: HashSet::new(),
+            pump_armed: false,
+            retry_armed: false,
+            lease_checks: HashMap::new(),
+            in_flight: HashMap::new(),
+        }
+    }
+}
+
+impl<H> Engine<H> {
+    // --- questions -------------------------------------------------------
+
+    /// Whether any client waits anywhere (the fast path of every event).
+    pub fn anyone_waiting(&self) -> bool {
+        self.queues.total() > 0
+    }
+
+    /// How many clients wait on `name`.
+    pub fn waiters(&self, name: &LockName) -> usize {
+        self.queues.len(name)
+    }
+
+    /// Whether clients wait on `name`.
+    pub fn has_waiters(&self, name: &LockName) -> bool {
+        self.queues.has_waiters(name)
+    }
+
+    /// Clients waiting on all locks.
+    pub fn total_waiting(&self) -> usize {
+        self.queues.total()
+    }
+
+    /// Every lock with waiters in database `db` (`None`: all databases).
+    pub fn names_in(&self, db: Option<i32>) -> Vec<LockName> {
+        self.queues.names_in(db)
+    }
+
+    /// Whether client `id` was granted a lock whose reply it has not had.
+    pub fn is_in_flight(&self, id: u64) -> bool {
+        self.in_flight.contains_key(&id)
+    }
+
+    /// Whether any grant awaits its reply (the fast path of the command filter).
+    pub fn any_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    // --- inputs ----------------------------------------------------------
+
+    /// Client `id` parks on `name`, behind everyone already there. The
+    /// current holder's lease ends at `holder_until`: a check is armed then.
+    /// `Err` gives the waiter back if the client already waits somewhere
+    /// (it cannot: a blocked client sends nothing; the glue answers it nil).
+    pub fn park(
+        &mut self,
+        name: LockName,
+        id: u64,
+        waiter: Waiter<H>,
+        holder_until: Option<u64>,
+        now: u64,
+    ) -> Result<Option<Timer>, Waiter<H>> {
+        // `push` refuses only a client already waiting: check first, so the
+        // waiter can be handed back.
+        if self.queues.contains(id) {
+            return Err(waiter);
+        }
+        self.queues.push(name.clone(), id, waiter);
+        Ok(holder_until.and_then(|at| self.arm_lease_check(name, at, now)))
+    }
+
+    /// `name` may have freed (a release, a deletion, a flush…): serve it at
+    /// the next pump. `true`: the glue must arm the pump (it was not armed).
+    pub fn freed(&mut self, name: LockName) -> bool {
+        if !self.queues.has_waiters(&name) || !self.pending_set.insert(name.clone()) {
+            return false;
+        }
+        self.pending.serves.push(name);
+        self.arm_pump()
+    }
+
+    /// Something else changed the TTL of the lock `name`: fix it at the next
+    /// pump. `true`: arm the pump.
+    pub fn ttl_changed(&mut self, name: LockName) -> bool {
+        if self.pending.ttl_fixes.contains(&name) {
+            return false;
+        }
+        self.pending.ttl_fixes.push(name);
+        self.arm_pump()
+    }
+
+    /// The pump runs: everything pending, in order.
+    pub fn take_pending(&mut self) -> Pending {
+        self.pump_armed = false;
+        self.pending_set.clear();
+        std::mem::take(&mut self.pending)
+    }
+
+    /// The pump could not write (paused): keep these for the retry.
+    /// `true`: arm the retry timer.
+    pub fn defer(&mut self, work: Pending) -> bool {
+        for name in &work.serves {
+            self.pending_set.insert(name.clone());
+        }
+        let mut work = work;
+        work.revokes.append(&mut self.pending.revokes);
+        work.ttl_fixes.append(&mut self.pending.ttl_fixes);
+        work.serves.append(&mut self.pending.serves);
+        self.pending = work;
+        !std::mem::replace(&mut self.retry_armed, true)
+    }
+
+    /// The pause retry timer fired: the glue now pumps.
+    pub fn retry_fired(&mut self) {
+        self.retry_armed = false;
+    }
+
+    /// The lease check armed for `name` at `at` fired.
+    pub fn lease_check_fired(&mut self, name: &LockName, at: u64) {
+        if self.lease_checks.get(name) == Some(&at) {
+            self.lease_checks.remove(name);
+        }
+    }
+
+    /// Looks at `name`, whose key the glue found in state `key` at `now`,
+    /// and decides. `writable`: the module may write now (a master, not
+    /// loading, writes not paused).
+    pub fn serve(&mut self, name: &LockName, key: Key, now: u64, writable: bool) -> Serve<H> {
+        if !self.queues.has_waiters(name) {
+            return Serve::Wait(None);
+        }
+        if !writable {
+            if self.pending_set.insert(name.clone()) {
+                self.pending.serves.push(name.clone());
+            }
+            return Serve::Paused {
+                arm_retry: !std::mem::replace(&mut self.retry_armed, true),
+            };
+        }
+        let end_previous = match key {
+            Key::Held { until } if until > now => {
+                return Serve::Wait(self.arm_lease_check(name.clone(), until, now));
+            }
+            // Redis expires a key once its time has passed (now > expiry).
+            Key::Foreign { until } => {
+                let timer = until
+                    .and_then(|at| self.arm_lease_check(name.clone(), at.saturating_add(1), now));
+                return Serve::Wait(timer);
+            }
+            Key::Held { .. } => true,
+            Key::Free => false,
+        };
+        let Some((id, waiter)) = self.queues.pop(name) else {
+            return Serve::Wait(None);
+        };
+        let until = now.saturating_add(waiter.ttl_ms);
+        let then = if self.queues.has_waiters(name) {
+            self.arm_lease_check(name.clone(), until, now)
+        } else {
+            self.lease_checks.remove(name);
+            None
+        };
+        Serve::Grant(Grant {
+            id,
+            waiter,
+            end_previous,
+            until,
+            then,
+        })
+    }
+
+    /// The glue wrote a grant and unblocked the client; its reply is not
+    /// out yet.
+    pub fn granted(&mut self, id: u64, grant: InFlight) {
+        self.in_flight.insert(id, grant);
+    }
+
+    /// Client `id`'s reply was written: its grant stands.
+    pub fn replied(&mut self, id: u64) {
+        self.in_flight.remove(&id);
+    }
+
+    /// Client `id` stops waiting at its deadline or by `CLIENT UNBLOCK`:
+    /// its waiter, if it still waits.
+    pub fn leave(&mut self, id: u64) -> Option<Waiter<H>> {
+        let (name, waiter) = self.queues.remove(id)?;
+        if !self.queues.has_waiters(&name) {
+            self.lease_checks.remove(&name);
+        }
+        Some(waiter)
+    }
+
+    /// Client `id` disconnected (or was unblocked with an error): it leaves
+    /// the queue, or the grant it never heard of is taken back.
+    pub fn gone(&mut self, id: u64) -> Gone<H> {
+        if let Some(waiter) = self.leave(id) {
+            return Gone::Waiting(waiter);
+        }
+        match self.in_flight.remove(&id) {
+            Some(grant) => {
+                self.pending.revokes.push(grant);
+                Gone::Revoke {
+                    arm_pump: self.arm_pump(),
+                }
+            }
+            None => Gone::Unknown,
+        }
+    }
+
+    /// `name` left this node (cluster slot migration): every waiter, to be
+    /// answered with a redirection.
+    pub fn drain(&mut self, name: &LockName) -> Vec<Waiter<H>> {
+        let mut out = Vec::new();
+        while let Some((_, waiter)) = self.queues.pop(name) {
+            out.push(waiter);
+        }
+        self.lease_checks.remove(name);
+        out
+    }
+
+    // --- timers ----------------------------------------------------------
+
+    /// A lease check of `name` at `at`, unless one as early is armed.
+    fn arm_lease_check(&mut self, name: LockName, at: u64, now: u64) -> Option<Timer> {
+        if at == u64::MAX {
+            return None; // "never": nothing to check
+        }
+        if self
+            .lease_checks
+            .get(&name)
+            .is_some_and(|&armed| armed <= at)
+        {
+            return None;
+        }
+        self.lease_checks.insert(name.clone(), at);
+        Some(Timer {
+            name,
+            at,
+            delay_ms: at.saturating_sub(now).min(MAX_DELAY_MS),
+        })
+    }
+
+    fn arm_pump(&mut self) -> bool {
+        !std::mem::replace(&mut self.pump_armed, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_000_000;
+
+    /// A handle that is not `Clone`: each must come back exactly once.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Handle(u64);
+
+    fn name(key: &str) -> LockName {
+        (0, key.as_bytes().to_vec())
+    }
+
+    fn waiter(id: u64) -> Waiter<Handle> {
+        Waiter {
+            owner: format!("w{id}").into_bytes(),
+            ttl_ms: 100,
+            handle: Handle(id),
+        }
+    }
+
+    fn park(e: &mut Engine<Handle>, key: &str, id: u64) {
+        assert!(e.park(name(key), id, waiter(id), None, NOW).is_ok());
+    }
+
+    fn granted(s: Serve<Handle>) -> Grant<Handle> {
+        match s {
+            Serve::Grant(g) => g,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_free_lock_goes_to_the_longest_waiting_client() {
+        let mut e = Engine::default();
+        for id in [7, 3, 9] {
+            park(&mut e, "k", id);
+        }
+        let order: Vec<u64> = (0..3)
+            .map(|_| granted(e.serve(&name("k"), Key::Free, NOW, true)).id)
+            .collect();
+        assert_eq!(order, [7, 3, 9]);
+        assert!(matches!(
+            e.serve(&name("k"), Key::Free, NOW, true),
+            Serve::Wait(None)
+        ));
+    }
+
+    #[test]
+    fn what_the_key_holds_decides() {
+        // (key seen, grant?, lease check armed at)
+        let table = [
+            (Key::Free, true, None),
+            (Key::Held { until: NOW }, true, None), // lease ended exactly now
+            (Key::Held { until: NOW + 50 }, false, Some(NOW + 50)),
+            (
+                Key::Foreign {
+                    until: Some(NOW + 5),
+                },
+                false,
+                Some(NOW + 6),
+            ),
+            (Key::Foreign { until: None }, false, None),
+            (Key::Held { until: u64::MAX }, false, None), // never: no timer
+        ];
+        for (key, grant, check) in table {
+            let mut e = Engine::default();
+            park(&mut e, "k", 1);
+            match e.serve(&name("k"), key, NOW, true) {
+                Serve::Grant(g) => {
+                    assert!(grant, "{key:?}");
+                    assert_eq!(g.end_previous, matches!(key, Key::Held { .. }));
+                    assert_eq!(g.until, NOW + 100);
+                    assert_eq!(g.waiter.handle, Handle(1));
+                }
+                Serve::Wait(timer) => {
+                    assert!(!grant, "{key:?}");
+                    assert_eq!(timer.map(|t| t.at), check, "{key:?}");
+                    assert_eq!(e.waiters(&name("k")), 1);
+                }
+                Serve::Paused { .. } => panic!("not paused"),
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_is_granted_while_writes_are_paused() {
+        let mut e = Engine::default();
+        park(&mut e, "a", 1);
+        park(&mut e, "b", 2);
+        let first = e.serve(&name("a"), Key::Free, NOW, false);
+        assert!(matches!(first, Serve::Paused { arm_retry: true }));
+        let second = e.serve(&name("b"), Key::Free, NOW, false);
+        assert!(matches!(second, Serve::Paused { arm_retry: false }));
+        // The retry fires once the pause is over: both, in order.
+        e.retry_fired();
+        let work = e.take_pending();
+        assert_eq!(work.serves, [name("a"), name("b")]);
+        assert_eq!(granted(e.serve(&name("a"), Key::Free, NOW, true)).id, 1);
+        assert_eq!(granted(e.serve(&name("b"), Key::Free, NOW, true)).id, 2);
+    }
+
+    #[test]
+    fn deferred_work_keeps_its_order_ahead_of_newer_work() {
+        let mut e: Engine<Handle> = Engine::default();
+        park(&mut e, "a", 1);
+        park(&mut e, "b", 2);
+        assert!(e.freed(name("a")));
+        assert!(!e.ttl_changed(name("x"))); // the pump is armed already
+        let work = e.take_pending();
+        assert!(e.freed(name("b")));
+        assert!(e.defer(work));
+        e.retry_fired();
+        let work = e.take_pending();
+        assert_eq!(work.serves, [name("a"), name("b")]);
+        assert_eq!(work.ttl_fixes, [name("x")]);
+    }
+
+    #[test]
+    fn the_pump_is_armed_once_per_batch() {
+        let mut e = Engine::default();
+        park(&mut e, "a", 1);
+        park(&mut e, "b", 2);
+        assert!(e.freed(name("a")));
+        assert!(!e.freed(name("a")));
+        assert!(!e.freed(name("b")));
+        assert!(!e.freed(name("nobody-waits")));
+        assert_eq!(e.take_pending().serves, [name("a"), name("b")]);
+        assert!(e.freed(name("a")));
+    }
+
+    #[test]
+    fn lease_checks_are_earliest_only_and_never_for_never() {
+        let mut e = Engine::default();
+        let at = |t: Option<Timer>| t.map(|t| (t.at, t.delay_ms));
+        let p = |e: &mut Engine<Handle>, id, until| {
+            e.park(name("k"), id, waiter(id), Some(until), NOW)
+                .map(at)
+                .ok()
+                .flatten()
+        };
+        assert_eq!(p(&mut e, 1, NOW + 50), Some((NOW + 50, 50)));
+        assert_eq!(p(&mut e, 2, NOW + 80), None); // a check at +50 comes first
+        assert_eq!(p(&mut e, 3, NOW + 20), Some((NOW + 20, 20)));
+        e.lease_check_fired(&name("k"), NOW + 50); // a stale timer: no effect
+        assert_eq!(p(&mut e, 4, NOW + 30), None);
+        e.lease_check_fired(&name("k"), NOW + 20);
+        assert_eq!(p(&mut e, 5, NOW + 30), Some((NOW + 30, 30)));
+        assert_eq!(p(&mut e, 6, u64::MAX), None);
+    }
+
+    #[test]
+    fn delays_are_clamped() {
+        let mut e = Engine::default();
+        let timer = e
+            .park(name("k"), 1, waiter(1), Some(u64::MAX - 1), NOW)
+            .ok()
+            .flatten();
+        assert_eq!(timer.map(|t| t.delay_ms), Some(MAX_DELAY_MS));
+    }
+
+    #[test]
+    fn a_grant_with_more_waiters_checks_at_the_new_lease_end() {
+        let mut e = Engine::default();
+        park(&mut e, "k", 1);
+        park(&mut e, "k", 2);
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        assert_eq!(g.then.map(|t| t.at), Some(NOW + 100));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        assert_eq!(g.then, None);
+    }
+
+    #[test]
+    fn a_client_that_left_is_never_granted_and_answered_once() {
+        let mut e = Engine::default();
+        park(&mut e, "k", 1);
+        park(&mut e, "k", 2);
+        assert_eq!(e.leave(1).map(|w| w.handle), Some(Handle(1)));
+        assert!(e.leave(1).is_none());
+        assert!(matches!(e.gone(1), Gone::Unknown));
+        assert_eq!(granted(e.serve(&name("k"), Key::Free, NOW, true)).id, 2);
+    }
+
+    #[test]
+    fn a_grant_never_replied_is_taken_back_once() {
+        let mut e: Engine<Handle> = Engine::default();
+        park(&mut e, "k", 1);
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        let record = InFlight {
+            name: name("k"),
+            owner: g.waiter.owner.clone(),
+            fence: 42,
+        };
+        e.granted(g.id, record.clone());
+        assert!(e.is_in_flight(1));
+        assert!(matches!(e.gone(1), Gone::Revoke { arm_pump: true }));
+        assert!(matches!(e.gone(1), Gone::Unknown));
+        assert_eq!(e.take_pending().revokes, [record]);
+    }
+
+    #[test]
+    fn a_replied_grant_stands() {
+        let mut e: Engine<Handle> = Engine::default();
+        park(&mut e, "k", 1);
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        e.granted(
+            g.id,
+            InFlight {
+                name: name("k"),
+                owner: vec![b'w'],
+                fence: 1,
+            },
+        );
+        e.replied(1);
+        assert!(!e.any_in_flight());
+        assert!(matches!(e.gone(1), Gone::Unknown));
+        assert!(e.take_pending().revokes.is_empty());
+    }
+
+    #[test]
+    fn a_client_parks_in_one_place_at_a_time() {
+        let mut e = Engine::default();
+        park(&mut e, "a", 1);
+        let again = e.park(name("b"), 1, waiter(1), None, NOW);
+        assert_eq!(again.err().map(|w| w.handle), Some(Handle(1)));
+        assert_eq!(e.total_waiting(), 1);
+    }
+
+    #[test]
+    fn drain_answers_every_waiter_of_a_lock_that_moved() {
+        let mut e = Engine::default();
+        park(&mut e, "k", 1);
+        park(&mut e, "k", 2);
+        park(&mut e, "other", 3);
+        let ids: Vec<Handle> = e.drain(&name("k")).into_iter().map(|w| w.handle).collect();
+        assert_eq!(ids, [Handle(1), Handle(2)]);
+        assert_eq!(e.total_waiting(), 1);
+    }
+}
