@@ -1,11 +1,14 @@
-//! Redis Cluster facts the module needs, pure: a key's hash slot, and which
-//! keys a `MIGRATE` moves where.
+//! Redis Cluster facts the module needs, pure: a key's hash slot, where a
+//! key this node does not have lives (from `CLUSTER NODES`), and the target
+//! of a `CLIENT UNBLOCK`.
 //!
 //! When a slot moves while clients wait on one of its locks, `MIGRATE`
-//! deletes the lock here and recreates it on the target node. The waiters
-//! must not be handed a lock this node is giving away: they are answered
-//! `-ASK slot host:port`, and a cluster client retries there, where the lock
-//! (same owner, count, fence, lease) now lives.
+//! deletes the lock here and recreates it on the target node — whether it
+//! runs alone, inside `MULTI` or from a script. The waiters must not be
+//! handed a lock this node gave away: when their lock is gone and its slot
+//! is migrating (or has moved), they are answered `-ASK slot host:port` (or
+//! `-MOVED …`), and a cluster client retries there, where the lock (same
+//! owner, count, fence, lease) now lives.
 
 /// Number of hash slots in a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -34,48 +37,44 @@ fn crc16(bytes: &[u8]) -> u16 {
     })
 }
 
-/// What a `MIGRATE` moves: its keys and the target `host:port`.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Migration<'a> {
-    pub target: String,
-    pub keys: Vec<&'a [u8]>,
+/// Where a key of `slot` that this node does not have lives now, as the
+/// redirection error a cluster client follows, read from `CLUSTER NODES`:
+/// `ASK slot host:port` while this node migrates the slot away, `MOVED slot
+/// host:port` once another node owns it. `None`: the slot is served here
+/// (or nobody's), so the key is simply absent.
+pub fn redirection(nodes: &str, slot: u16) -> Option<String> {
+    let lines: Vec<Vec<&str>> = nodes
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .filter(|fields: &Vec<&str>| fields.len() >= 8)
+        .collect();
+    let address = |id: &str| {
+        let node = lines.iter().find(|f| f[0] == id)?;
+        Some(node[1].split(['@', ',']).next()?.to_string())
+    };
+    let myself = lines
+        .iter()
+        .find(|f| f[2].split(',').any(|w| w == "myself"))?;
+    let migrating = format!("[{slot}->-");
+    if let Some(entry) = myself[8..].iter().find(|e| e.starts_with(&migrating)) {
+        let target = entry.trim_start_matches(&migrating).trim_end_matches(']');
+        return Some(format!("ASK {slot} {}", address(target)?));
+    }
+    let owns = |fields: &Vec<&str>| fields[8..].iter().any(|range| covers(range, slot));
+    if owns(myself) {
+        return None;
+    }
+    let owner = lines.iter().find(|f| owns(f))?;
+    Some(format!("MOVED {slot} {}", address(owner[0])?))
 }
 
-/// Reads `MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw]
-/// [AUTH2 user pw] [KEYS key ...]`. `None` if it is not a migration that
-/// removes keys here (not MIGRATE, `COPY`, or malformed: Redis will refuse it).
-pub fn migration<A: AsRef<[u8]>>(args: &[A]) -> Option<Migration<'_>> {
-    let [name, host, port, key, _db, _timeout, options @ ..] = args else {
-        return None;
-    };
-    if !name.as_ref().eq_ignore_ascii_case(b"MIGRATE") {
-        return None;
+/// Whether a `CLUSTER NODES` slot entry (`5`, `0-5460`) covers `slot`.
+fn covers(range: &str, slot: u16) -> bool {
+    let (low, high) = range.split_once('-').unwrap_or((range, range));
+    match (low.parse::<u16>(), high.parse::<u16>()) {
+        (Ok(low), Ok(high)) => (low..=high).contains(&slot),
+        _ => false,
     }
-    let mut keys = Vec::new();
-    let mut i = 0;
-    while i < options.len() {
-        let option = options[i].as_ref().to_ascii_uppercase();
-        match option.as_slice() {
-            b"COPY" => return None,
-            b"REPLACE" => i += 1,
-            b"AUTH" => i += 2,
-            b"AUTH2" => i += 3,
-            b"KEYS" => {
-                keys.extend(options[i + 1..].iter().map(|k| k.as_ref()));
-                break;
-            }
-            _ => return None,
-        }
-    }
-    if !key.as_ref().is_empty() {
-        keys = vec![key.as_ref()];
-    }
-    let host = String::from_utf8_lossy(host.as_ref());
-    let port = String::from_utf8_lossy(port.as_ref());
-    Some(Migration {
-        target: format!("{host}:{port}"),
-        keys,
-    })
 }
 
 /// The client id a `CLIENT UNBLOCK id [TIMEOUT|ERROR]` names, read as the
@@ -122,22 +121,26 @@ mod tests {
             .collect()
     }
 
+    const NODES: &str = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [42->-b2] [99-<-c3]
+b2 127.0.0.1:7001@17001,host-b master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7002@17002 master - 0 1 3 connected 10923-16383
+d4 127.0.0.1:7003@17003 slave a1 0 1 1 connected
+";
+
     #[test]
-    fn migrate_of_one_key_or_many() {
-        assert_eq!(
-            migration(&v("MIGRATE 127.0.0.1 7001 k 0 5000")),
-            Some(Migration {
-                target: "127.0.0.1:7001".into(),
-                keys: vec![b"k"]
-            })
-        );
-        assert_eq!(
-            migration(&v("migrate h 1 \"\" 0 5000 REPLACE AUTH2 u p KEYS a b")),
-            Some(Migration {
-                target: "h:1".into(),
-                keys: vec![b"a", b"b"]
-            })
-        );
+    fn a_missing_key_is_redirected_by_the_slot_state() {
+        let table = [
+            (42, Some("ASK 42 127.0.0.1:7001")), // migrating away
+            (7, None),                           // ours, not migrating
+            (6000, Some("MOVED 6000 127.0.0.1:7001")),
+            (16383, Some("MOVED 16383 127.0.0.1:7002")),
+            (99, None), // importing into here: ours
+        ];
+        for (slot, want) in table {
+            assert_eq!(redirection(NODES, slot).as_deref(), want, "slot {slot}");
+        }
+        assert_eq!(redirection("", 5), None);
     }
 
     #[test]
@@ -156,13 +159,5 @@ mod tests {
         for (line, want) in table {
             assert_eq!(client_unblock_target(&v(line)), want, "{line}");
         }
-    }
-
-    #[test]
-    fn copies_and_other_commands_move_nothing() {
-        assert_eq!(migration(&v("MIGRATE h 1 k 0 5000 COPY")), None);
-        assert_eq!(migration(&v("SET k v")), None);
-        assert_eq!(migration(&v("MIGRATE h 1 k 0")), None);
-        assert_eq!(migration(&v("MIGRATE h 1 k 0 5 BOGUS")), None);
     }
 }

@@ -126,14 +126,7 @@ fn keyspace_event(
         return;
     }
     if waiting::anyone_waiting() {
-        let name = (db, name.to_vec());
-        match migrated_to(event, &name) {
-            Some(target) => {
-                let error = format!("ASK {} {target}", cluster::key_slot(&name.1));
-                waiting::redirect(ctx, &name, &error);
-            }
-            None => waiting::freed_by_event(ctx, name),
-        }
+        waiting::freed_by_event(ctx, (db, name.to_vec()));
     }
 }
 
@@ -150,6 +143,11 @@ fn is_lock(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) -> b
     found
 }
 
+/// Whether the server runs in cluster mode.
+pub fn cluster_mode() -> bool {
+    CLUSTER_MODE.get()
+}
+
 /// Registers the command filter (see [`command_filter`]).
 pub fn watch_commands(ctx: &Context) {
     // SAFETY: called at module load with its context.
@@ -164,28 +162,20 @@ pub fn watch_commands(ctx: &Context) {
 }
 
 thread_local! {
-    /// Whether the server runs in cluster mode: only there do waiters
-    /// follow a lock that `MIGRATE` moves to another node.
+    /// Whether the server runs in cluster mode: only there can a lock's key
+    /// live on another node (see `waiting::serve`).
     static CLUSTER_MODE: Cell<bool> = const { Cell::new(false) };
-    /// The `MIGRATE` being run: its target and keys. Set when the command
-    /// passes the filter, read by the `del` notifications it causes, and
-    /// forgotten when the next command passes the filter.
-    static MIGRATION: RefCell<Option<(String, Vec<Vec<u8>>)>> = const { RefCell::new(None) };
 }
 
-/// Sees every command before it runs. Two jobs, each skipped at the cost of
-/// a flag test when it cannot apply:
-/// - `CLIENT UNBLOCK id [TIMEOUT|ERROR]` of a client that was granted a lock
-///   but has not had its reply yet becomes `CLIENT UNBLOCK 0` (no such
-///   client): that client is no longer waiting, and Redis would otherwise
-///   unblock it a second time (no reply at all on Redis 7.0, or an error
-///   after its fence).
-/// - In cluster mode, remembers a `MIGRATE`, so that waiters on a lock it
-///   moves are redirected to the target.
+/// Sees every command before it runs (skipped at the cost of a flag test
+/// unless a grant awaits its reply): `CLIENT UNBLOCK id [TIMEOUT|ERROR]` of a
+/// client that was granted a lock but has not had its reply yet becomes
+/// `CLIENT UNBLOCK 0` (no such client). That client is no longer waiting,
+/// and Redis would otherwise unblock it a second time: no reply at all on
+/// Redis 7.0, or an error after its fence.
 extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     guard("command filter", (), || {
-        let cluster_mode = CLUSTER_MODE.get();
-        if !cluster_mode && !waiting::any_granted_not_replied() {
+        if !waiting::any_granted_not_replied() {
             return;
         }
         // SAFETY: Redis passes a live filter context; argument pointers stay
@@ -212,23 +202,7 @@ extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
                 }
             }
         }
-        if cluster_mode {
-            let migration = cluster::migration(&args)
-                .map(|m| (m.target, m.keys.into_iter().map(<[u8]>::to_vec).collect()));
-            MIGRATION.set(migration);
-        }
     });
-}
-
-/// The `host:port` a lock went to, if this `del` is `MIGRATE` moving it.
-fn migrated_to(event: &[u8], name: &(c_int, Vec<u8>)) -> Option<String> {
-    if event != b"del" {
-        return None;
-    }
-    MIGRATION.with_borrow(|migration| {
-        let (target, keys) = migration.as_ref()?;
-        keys.contains(&name.1).then(|| target.clone())
-    })
 }
 
 /// Flush, swap-db and end of loading: any lock with waiters may be free now.

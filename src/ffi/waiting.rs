@@ -31,14 +31,15 @@ use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
 
-use redis_module::{logging, raw, Context, RedisString};
+use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
+use crate::ffi::events;
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms};
 use crate::handoff::{Engine, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
 use crate::queue::LockName;
-use crate::{fence, handoff, stats};
+use crate::{cluster, fence, handoff, stats};
 
 /// A blocked client's handle, owned by whoever must answer it next.
 pub struct BlockedClient(NonNull<raw::RedisModuleBlockedClient>);
@@ -304,6 +305,14 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
             until: key.expires_at(),
         },
     };
+    if seen == Key::Free && events::cluster_mode() {
+        // A cluster slot migration may have moved the lock to another node:
+        // its waiters follow it there instead of being granted it here.
+        if let Some(error) = moved_to(ctx, &name.1) {
+            drop(key);
+            return redirect(ctx.ctx, name, &error);
+        }
+    }
     match with(|e| e.serve(name, seen, now, true)) {
         Serve::Wait(timer) => arm_lease_check(ctx.ctx, timer),
         Serve::Paused { .. } => {}
@@ -403,7 +412,20 @@ fn fix_ttl(ctx: &Context, name: &LockName) {
     }
 }
 
-/// `name` is leaving this node (a cluster slot migration): every client
+/// Where a key this node does not have lives, per the slot's state in
+/// `CLUSTER NODES`: an `ASK`/`MOVED` error, or `None` if the slot is served here.
+fn moved_to(ctx: &Context, key: &[u8]) -> Option<String> {
+    let nodes = match ctx.call("CLUSTER", &["NODES"]) {
+        Ok(RedisValue::SimpleString(text)) => text,
+        Ok(RedisValue::BulkString(text)) => text,
+        Ok(RedisValue::StringBuffer(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok(RedisValue::BulkRedisString(text)) => text.to_string_lossy(),
+        _ => return None,
+    };
+    cluster::redirection(&nodes, cluster::key_slot(key))
+}
+
+/// `name` left this node (a cluster slot migration): every client
 /// waiting on it is answered `error` instead of being handed a lock this node
 /// no longer has.
 pub fn redirect(ctx: *mut raw::RedisModuleCtx, name: &LockName, error: &str) {
