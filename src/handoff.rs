@@ -14,8 +14,9 @@
 //! Rules kept here:
 //! - First come, first served: [`Engine::serve`] grants only the head of a
 //!   lock's queue, and only when the lock is free (or its lease has ended).
-//! - Nothing is written while writes are paused: a lock to serve then stays
-//!   pending, and one retry timer brings it back ([`Serve::Paused`]).
+//! - Nothing is granted while the gate is closed — writes paused, or the
+//!   node in quarantine after a start or a promotion: a lock to serve then
+//!   stays pending, and one retry timer brings it back ([`Serve::Deferred`]).
 //! - A timer is never armed for "never", and no delay exceeds
 //!   [`MAX_DELAY_MS`]; a lock has at most one lease check armed, the earliest.
 //! - A client that left is never granted; a grant whose reply the client
@@ -77,15 +78,26 @@ pub struct Grant<H> {
     pub then: Option<Timer>,
 }
 
+/// Whether the module may grant now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Yes.
+    Open,
+    /// No, for about `retry_in_ms`: writes are paused ([`PAUSE_RETRY_MS`]),
+    /// or the quarantine has that long to run.
+    Closed { retry_in_ms: u64 },
+}
+
 /// The decision of [`Engine::serve`].
 #[derive(Debug)]
 pub enum Serve<H> {
     /// Nobody to serve now; look again when the timer fires, if any.
     Wait(Option<Timer>),
-    /// Writes are paused: the lock stays pending. `arm_retry`: the glue
-    /// arms the retry timer ([`PAUSE_RETRY_MS`]), then calls
-    /// [`Engine::retry_fired`] and serves what [`Engine::take_pending`] gives.
-    Paused { arm_retry: bool },
+    /// The gate is closed: the lock stays pending. `retry_in_ms`: the glue
+    /// arms the retry timer with that delay (`None`: one is armed), then
+    /// calls [`Engine::retry_fired`] and serves what
+    /// [`Engine::take_pending`] gives.
+    Deferred { retry_in_ms: Option<u64> },
     /// Hand the lock over.
     Grant(Grant<H>),
 }
@@ -237,9 +249,9 @@ impl<H> Engine<H> {
         std::mem::take(&mut self.pending)
     }
 
-    /// The pump could not write (paused): keep these for the retry.
-    /// `true`: arm the retry timer.
-    pub fn defer(&mut self, work: Pending) -> bool {
+    /// The pump could not write (the gate is closed for `retry_in_ms`): keep
+    /// this work for the retry. `Some(delay)`: arm the retry timer.
+    pub fn defer(&mut self, work: Pending, retry_in_ms: u64) -> Option<u64> {
         for name in &work.serves {
             self.pending_set.insert(name.clone());
         }
@@ -248,7 +260,7 @@ impl<H> Engine<H> {
         work.ttl_fixes.append(&mut self.pending.ttl_fixes);
         work.serves.append(&mut self.pending.serves);
         self.pending = work;
-        !std::mem::replace(&mut self.retry_armed, true)
+        self.arm_retry(retry_in_ms)
     }
 
     /// The pause retry timer fired: the glue now pumps.
@@ -264,18 +276,17 @@ impl<H> Engine<H> {
     }
 
     /// Looks at `name`, whose key the glue found in state `key` at `now`,
-    /// and decides. `writable`: the module may write now (a master, not
-    /// loading, writes not paused).
-    pub fn serve(&mut self, name: &LockName, key: Key, now: u64, writable: bool) -> Serve<H> {
+    /// and decides. `gate`: whether the module may grant now.
+    pub fn serve(&mut self, name: &LockName, key: Key, now: u64, gate: Gate) -> Serve<H> {
         if !self.queues.has_waiters(name) {
             return Serve::Wait(None);
         }
-        if !writable {
+        if let Gate::Closed { retry_in_ms } = gate {
             if self.pending_set.insert(name.clone()) {
                 self.pending.serves.push(name.clone());
             }
-            return Serve::Paused {
-                arm_retry: !std::mem::replace(&mut self.retry_armed, true),
+            return Serve::Deferred {
+                retry_in_ms: self.arm_retry(retry_in_ms),
             };
         }
         let end_previous = match key {
@@ -381,6 +392,10 @@ impl<H> Engine<H> {
         })
     }
 
+    fn arm_retry(&mut self, delay_ms: u64) -> Option<u64> {
+        (!std::mem::replace(&mut self.retry_armed, true)).then_some(delay_ms.min(MAX_DELAY_MS))
+    }
+
     fn arm_pump(&mut self) -> bool {
         !std::mem::replace(&mut self.pump_armed, true)
     }
@@ -426,11 +441,11 @@ mod tests {
             park(&mut e, "k", id);
         }
         let order: Vec<u64> = (0..3)
-            .map(|_| granted(e.serve(&name("k"), Key::Free, NOW, true)).id)
+            .map(|_| granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open)).id)
             .collect();
         assert_eq!(order, [7, 3, 9]);
         assert!(matches!(
-            e.serve(&name("k"), Key::Free, NOW, true),
+            e.serve(&name("k"), Key::Free, NOW, Gate::Open),
             Serve::Wait(None)
         ));
     }
@@ -455,7 +470,7 @@ mod tests {
         for (key, grant, check) in table {
             let mut e = Engine::default();
             park(&mut e, "k", 1);
-            match e.serve(&name("k"), key, NOW, true) {
+            match e.serve(&name("k"), key, NOW, Gate::Open) {
                 Serve::Grant(g) => {
                     assert!(grant, "{key:?}");
                     assert_eq!(g.end_previous, matches!(key, Key::Held { .. }));
@@ -467,26 +482,41 @@ mod tests {
                     assert_eq!(timer.map(|t| t.at), check, "{key:?}");
                     assert_eq!(e.waiters(&name("k")), 1);
                 }
-                Serve::Paused { .. } => panic!("not paused"),
+                Serve::Deferred { .. } => panic!("the gate is open"),
             }
         }
     }
 
+    const PAUSED: Gate = Gate::Closed {
+        retry_in_ms: PAUSE_RETRY_MS,
+    };
+
     #[test]
-    fn nothing_is_granted_while_writes_are_paused() {
+    fn nothing_is_granted_while_the_gate_is_closed() {
         let mut e = Engine::default();
         park(&mut e, "a", 1);
         park(&mut e, "b", 2);
-        let first = e.serve(&name("a"), Key::Free, NOW, false);
-        assert!(matches!(first, Serve::Paused { arm_retry: true }));
-        let second = e.serve(&name("b"), Key::Free, NOW, false);
-        assert!(matches!(second, Serve::Paused { arm_retry: false }));
+        let first = e.serve(&name("a"), Key::Free, NOW, PAUSED);
+        assert!(matches!(
+            first,
+            Serve::Deferred {
+                retry_in_ms: Some(PAUSE_RETRY_MS)
+            }
+        ));
+        let second = e.serve(&name("b"), Key::Free, NOW, PAUSED);
+        assert!(matches!(second, Serve::Deferred { retry_in_ms: None }));
         // The retry fires once the pause is over: both, in order.
         e.retry_fired();
         let work = e.take_pending();
         assert_eq!(work.serves, [name("a"), name("b")]);
-        assert_eq!(granted(e.serve(&name("a"), Key::Free, NOW, true)).id, 1);
-        assert_eq!(granted(e.serve(&name("b"), Key::Free, NOW, true)).id, 2);
+        assert_eq!(
+            granted(e.serve(&name("a"), Key::Free, NOW, Gate::Open)).id,
+            1
+        );
+        assert_eq!(
+            granted(e.serve(&name("b"), Key::Free, NOW, Gate::Open)).id,
+            2
+        );
     }
 
     #[test]
@@ -498,7 +528,8 @@ mod tests {
         assert!(!e.ttl_changed(name("x"))); // the pump is armed already
         let work = e.take_pending();
         assert!(e.freed(name("b")));
-        assert!(e.defer(work));
+        assert_eq!(e.defer(work, 500), Some(500)); // a quarantine with 500 ms to go
+        assert_eq!(e.defer(Pending::default(), 2), None); // one retry timer at a time
         e.retry_fired();
         let work = e.take_pending();
         assert_eq!(work.serves, [name("a"), name("b")]);
@@ -553,9 +584,9 @@ mod tests {
         let mut e = Engine::default();
         park(&mut e, "k", 1);
         park(&mut e, "k", 2);
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
         assert_eq!(g.then.map(|t| t.at), Some(NOW + 100));
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
         assert_eq!(g.then, None);
     }
 
@@ -567,14 +598,17 @@ mod tests {
         assert_eq!(e.leave(1).map(|w| w.handle), Some(Handle(1)));
         assert!(e.leave(1).is_none());
         assert!(matches!(e.gone(1), Gone::Unknown));
-        assert_eq!(granted(e.serve(&name("k"), Key::Free, NOW, true)).id, 2);
+        assert_eq!(
+            granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open)).id,
+            2
+        );
     }
 
     #[test]
     fn a_grant_never_replied_is_taken_back_once() {
         let mut e: Engine<Handle> = Engine::default();
         park(&mut e, "k", 1);
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
         let record = InFlight {
             name: name("k"),
             owner: g.waiter.owner.clone(),
@@ -591,7 +625,7 @@ mod tests {
     fn a_replied_grant_stands() {
         let mut e: Engine<Handle> = Engine::default();
         park(&mut e, "k", 1);
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, true));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
         e.granted(
             g.id,
             InFlight {

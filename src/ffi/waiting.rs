@@ -36,7 +36,7 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 use crate::ffi::events;
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms};
-use crate::handoff::{Engine, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
+use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
 use crate::queue::LockName;
 use crate::{cluster, fence, handoff, stats};
@@ -240,7 +240,7 @@ pub fn ttl_changed(ctx: *mut raw::RedisModuleCtx, name: LockName) {
 /// The holder's lease of `key` now ends at `at`: check then, if clients wait.
 pub fn lease_changed(ctx: &Context, key: &RedisString, at: u64) {
     if let Some(name) = waiting_on(ctx, key) {
-        let timer = with(|e| e.serve(&name, Key::Held { until: at }, now_ms(), true));
+        let timer = with(|e| e.serve(&name, Key::Held { until: at }, now_ms(), Gate::Open));
         if let Serve::Wait(timer) = timer {
             arm_lease_check(ctx.ctx, timer);
         }
@@ -257,16 +257,18 @@ pub fn serve_now(ctx: &Context, name: &LockName) {
     serve(ctx, name, true);
 }
 
-/// Whether the module may write on its own now: a master, not loading,
-/// writes not paused.
-fn may_write(ctx: *mut raw::RedisModuleCtx) -> bool {
-    let not_now = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if context_flags(ctx) & not_now as c_int != 0 {
-        return false;
-    }
+/// Whether the module may write on its own now (a master, not loading):
+/// closed while the server pauses writes.
+fn write_gate() -> Gate {
     // SAFETY: takes no arguments; set once the module is initialised.
     let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) };
-    paused == 0
+    if paused != 0 {
+        Gate::Closed {
+            retry_in_ms: handoff::PAUSE_RETRY_MS,
+        }
+    } else {
+        Gate::Open
+    }
 }
 
 /// Whether this node is a replica or loading: work for the master or for
@@ -279,11 +281,18 @@ fn not_a_writer(ctx: *mut raw::RedisModuleCtx) -> bool {
 /// Looks at `name` and carries out the engine's decision.
 fn serve(ctx: &Context, name: &LockName, in_command: bool) {
     let now = now_ms();
-    if !in_command && !may_write(ctx.ctx) {
+    if !in_command && not_a_writer(ctx.ctx) {
+        return;
+    }
+    let gate = if in_command { Gate::Open } else { write_gate() };
+    if gate != Gate::Open {
         // The key is not even opened: during a pause Redis keeps expired
         // keys, and writing over one aborts the server.
-        if let Serve::Paused { arm_retry: true } = with(|e| e.serve(name, Key::Free, now, false)) {
-            arm_retry(ctx.ctx);
+        if let Serve::Deferred {
+            retry_in_ms: Some(delay),
+        } = with(|e| e.serve(name, Key::Free, now, gate))
+        {
+            arm_retry(ctx.ctx, delay);
         }
         return;
     }
@@ -313,9 +322,9 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
             return redirect(ctx.ctx, name, &error);
         }
     }
-    match with(|e| e.serve(name, seen, now, true)) {
+    match with(|e| e.serve(name, seen, now, Gate::Open)) {
         Serve::Wait(timer) => arm_lease_check(ctx.ctx, timer),
-        Serve::Paused { .. } => {}
+        Serve::Deferred { .. } => {}
         Serve::Grant(grant) => hand_over(ctx, &mut key, name, grant, now),
     }
 }
@@ -396,7 +405,7 @@ fn fix_ttl(ctx: &Context, name: &LockName) {
         TtlFix::Restore(at) => {
             key.restore_expiry(at);
             // Waiters check at the lease end, not at the TTL someone set.
-            let timer = with(|e| e.serve(name, Key::Held { until: at }, now_ms(), true));
+            let timer = with(|e| e.serve(name, Key::Held { until: at }, now_ms(), Gate::Open));
             if let Serve::Wait(timer) = timer {
                 arm_lease_check(ctx.ctx, timer);
             }
@@ -454,9 +463,9 @@ fn pump(ctx: &Context) {
         // with waiters again when it ends.
         return;
     }
-    if !may_write(ctx.ctx) {
-        if with(|e| e.defer(work)) {
-            arm_retry(ctx.ctx);
+    if let Gate::Closed { retry_in_ms } = write_gate() {
+        if let Some(delay) = with(|e| e.defer(work, retry_in_ms)) {
+            arm_retry(ctx.ctx, delay);
         }
         return;
     }
@@ -490,8 +499,8 @@ fn arm_pump(ctx: *mut raw::RedisModuleCtx, from_command: bool) {
     create_timer(ctx, 0, pump_timer_cb, ptr::null_mut());
 }
 
-fn arm_retry(ctx: *mut raw::RedisModuleCtx) {
-    create_timer(ctx, handoff::PAUSE_RETRY_MS, retry_cb, ptr::null_mut());
+fn arm_retry(ctx: *mut raw::RedisModuleCtx, delay_ms: u64) {
+    create_timer(ctx, delay_ms, retry_cb, ptr::null_mut());
 }
 
 /// Arms a lease check the engine asked for.
