@@ -1,0 +1,1 @@
+//! Model checks of the lock module's own pure code.
