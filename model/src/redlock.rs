@@ -1,0 +1,2 @@
+//! Model 3 (being written).
+pub const MODEL: &str = "redlock";
