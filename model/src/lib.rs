@@ -16,7 +16,7 @@
 //! readable trace for every counterexample.
 
 use std::collections::BTreeSet;
-use std::fmt::{Debug, Write as _};
+use std::fmt::{self, Debug, Write as _};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -153,6 +153,17 @@ where
         complete: complete && checker.is_done(),
         held,
         failed,
+    }
+}
+
+/// A fence as `tick:counter`: `fence::next` issues `max(last + 1, now × 2^20)`,
+/// so the high bits are the tick it was issued at.
+pub struct Fence(pub u64);
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shift = redislock::fence::CLOCK_SHIFT;
+        write!(f, "{}:{}", self.0 >> shift, self.0 & ((1 << shift) - 1))
     }
 }
 

@@ -54,7 +54,38 @@ fn checks() -> Vec<Check> {
         }),
         vec![property],
     ));
-    let _ = redlock::MODEL;
+    for (fence_round, bounds) in [
+        (true, redlock::Bounds::full()),
+        (true, redlock::Bounds::three_clients()),
+        (false, redlock::Bounds::full()),
+    ] {
+        let bounds = redlock::Bounds {
+            fence_round,
+            ..bounds
+        };
+        let property = "every fence handed out is above every earlier one";
+        let name = format!("redlock {bounds:?}");
+        let label = name.clone();
+        // Without the FENCE round: breadth-first, for the shortest trace.
+        let (search, stop, expect) = if fence_round {
+            (Search::Dfs, None, vec![])
+        } else {
+            (Search::Bfs, Some(vec![property]), vec![property])
+        };
+        checks.push((
+            name,
+            Box::new(move |threads| {
+                run(
+                    &label,
+                    redlock::RedlockModel { bounds },
+                    search,
+                    threads,
+                    stop.as_deref(),
+                )
+            }),
+            expect,
+        ));
+    }
     checks
 }
 

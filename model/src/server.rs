@@ -23,6 +23,8 @@ use redislock::lock::{self, Acquire, Hold, Lock};
 use redislock::queue::LockName;
 use stateright::{Model, Property};
 
+use crate::Fence;
+
 /// Owner tokens: client `i` uses `OWNERS[2i]`, and after a reconnect either
 /// the same token (one token per process, as `<uuid>:<thread>`) or a new one,
 /// `OWNERS[2i + 1]` (see [`Bounds::same_owner_after_reconnect`]).
@@ -1211,15 +1213,5 @@ impl fmt::Debug for State {
             write!(f, " | BROKEN {:?}", self.broken)?;
         }
         Ok(())
-    }
-}
-
-/// A fence as `tick:counter` (`fence::next` uses `now_ms × 2^20`).
-struct Fence(u64);
-
-impl fmt::Display for Fence {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shift = fence::CLOCK_SHIFT;
-        write!(f, "{}:{}", self.0 >> shift, self.0 & ((1 << shift) - 1))
     }
 }
