@@ -53,7 +53,12 @@ pub struct Apply<'a> {
     pub expires_at: Option<u64>,
 }
 
-pub fn parse_acquire<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Acquire<'a>, LockError> {
+/// `max_ttl`: `lock.max-ttl` (0: no cap), for this and the other parsers
+/// that read a `ttl-ms`.
+pub fn parse_acquire<'a, A: AsRef<[u8]>>(
+    args: &'a [A],
+    max_ttl: u64,
+) -> Result<Acquire<'a>, LockError> {
     let [_, _, owner, ttl, rest @ ..] = args else {
         return Err(LockError::WrongArity);
     };
@@ -62,7 +67,7 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Acquire<'a>, L
         [word, timeout] if is_word(word, "WAIT") => Some(timeout),
         _ => return Err(LockError::Syntax),
     };
-    let ttl_ms = parse_ttl(ttl)?;
+    let ttl_ms = parse_ttl(ttl, max_ttl)?;
     let wait_ms = wait.map(parse_timeout).transpose()?;
     Ok(Acquire {
         owner: parse_owner(owner)?,
@@ -71,14 +76,17 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Acquire<'a>, L
     })
 }
 
-pub fn parse_reenter<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Reenter<'a>, LockError> {
+pub fn parse_reenter<'a, A: AsRef<[u8]>>(
+    args: &'a [A],
+    max_ttl: u64,
+) -> Result<Reenter<'a>, LockError> {
     let (owner, ttl) = match args {
         [_, _, owner] => (owner, None),
         [_, _, owner, ttl] => (owner, Some(ttl)),
         [_, _, _, _, ..] => return Err(LockError::Syntax),
         _ => return Err(LockError::WrongArity),
     };
-    let ttl_ms = ttl.map(parse_ttl).transpose()?;
+    let ttl_ms = ttl.map(|ttl| parse_ttl(ttl, max_ttl)).transpose()?;
     Ok(Reenter {
         owner: parse_owner(owner)?,
         ttl_ms,
@@ -98,13 +106,16 @@ pub fn parse_release<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Release<'a>, L
     })
 }
 
-pub fn parse_renew<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Renew<'a>, LockError> {
+pub fn parse_renew<'a, A: AsRef<[u8]>>(
+    args: &'a [A],
+    max_ttl: u64,
+) -> Result<Renew<'a>, LockError> {
     let (owner, ttl) = match args {
         [_, _, owner, ttl] => (owner, ttl),
         [_, _, _, _, ..] => return Err(LockError::Syntax),
         _ => return Err(LockError::WrongArity),
     };
-    let ttl_ms = parse_ttl(ttl)?;
+    let ttl_ms = parse_ttl(ttl, max_ttl)?;
     Ok(Renew {
         owner: parse_owner(owner)?,
         ttl_ms,
@@ -142,10 +153,15 @@ pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockE
     })
 }
 
-fn parse_ttl<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
-    parse_int(arg)
+/// A `ttl-ms`: `1..=2^40`, and at most `max_ttl` when that is set.
+fn parse_ttl<A: AsRef<[u8]>>(arg: &A, max_ttl: u64) -> Result<u64, LockError> {
+    let ttl = parse_int(arg)
         .filter(|ms| (1..=MAX_MS).contains(ms))
-        .ok_or(LockError::BadTtl)
+        .ok_or(LockError::BadTtl)?;
+    if max_ttl > 0 && ttl > max_ttl {
+        return Err(LockError::TtlAboveMax);
+    }
+    Ok(ttl)
 }
 
 fn parse_timeout<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
@@ -196,7 +212,7 @@ mod tests {
     fn acquire_parses_with_and_without_wait() {
         let a = v("LOCK.ACQUIRE k o 100");
         assert_eq!(
-            parse_acquire(&a),
+            parse_acquire(&a, 0),
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
@@ -205,7 +221,7 @@ mod tests {
         );
         let a = v("lock.acquire k o 100 wait 0");
         assert_eq!(
-            parse_acquire(&a),
+            parse_acquire(&a, 0),
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
@@ -244,10 +260,10 @@ mod tests {
         for (line, want) in table {
             let args = v(line);
             let got = match line.split(' ').next() {
-                Some("LOCK.ACQUIRE") => parse_acquire(&args).err(),
-                Some("LOCK.REENTER") => parse_reenter(&args).err(),
+                Some("LOCK.ACQUIRE") => parse_acquire(&args, 0).err(),
+                Some("LOCK.REENTER") => parse_reenter(&args, 0).err(),
                 Some("LOCK.RELEASE") => parse_release(&args).err(),
-                _ => parse_renew(&args).err(),
+                _ => parse_renew(&args, 0).err(),
             };
             assert_eq!(got, Some(want), "{line}");
         }
@@ -272,7 +288,7 @@ mod tests {
             ("", false),
         ] {
             let args: Vec<&[u8]> = vec![b"LOCK.RENEW", b"k", b"o", ttl.as_bytes()];
-            assert_eq!(parse_renew(&args).is_ok(), ok, "ttl {ttl:?}");
+            assert_eq!(parse_renew(&args, 0).is_ok(), ok, "ttl {ttl:?}");
         }
     }
 
@@ -287,7 +303,7 @@ mod tests {
             ("-1", false),
         ] {
             let args: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", b"k", b"o", b"5", b"WAIT", t.as_bytes()];
-            assert_eq!(parse_acquire(&args).is_ok(), ok, "timeout {t:?}");
+            assert_eq!(parse_acquire(&args, 0).is_ok(), ok, "timeout {t:?}");
         }
     }
 
@@ -311,10 +327,36 @@ mod tests {
     }
 
     #[test]
+    fn max_ttl_caps_every_ttl_after_the_range_check() {
+        // (line, lock.max-ttl, result)
+        let table = [
+            ("LOCK.ACQUIRE k o 1000", 1000, Ok(())),
+            ("LOCK.ACQUIRE k o 1001", 1000, Err(TtlAboveMax)),
+            ("LOCK.ACQUIRE k o 1001", 0, Ok(())),
+            ("LOCK.ACQUIRE k o 0", 1000, Err(BadTtl)),
+            ("LOCK.ACQUIRE k o 1001 WAIT nope", 1000, Err(TtlAboveMax)),
+            ("LOCK.ACQUIRE k  1001", 1000, Err(TtlAboveMax)), // before the owner
+            ("LOCK.REENTER k o 1001", 1000, Err(TtlAboveMax)),
+            ("LOCK.REENTER k o", 1000, Ok(())),
+            ("LOCK.RENEW k o 1001", 1000, Err(TtlAboveMax)),
+            ("LOCK.RENEW k o 999", 1000, Ok(())),
+        ];
+        for (line, max, want) in table {
+            let args = v(line);
+            let got = match line.split(' ').next() {
+                Some("LOCK.ACQUIRE") => parse_acquire(&args, max).map(|_| ()),
+                Some("LOCK.REENTER") => parse_reenter(&args, max).map(|_| ()),
+                _ => parse_renew(&args, max).map(|_| ()),
+            };
+            assert_eq!(got, want, "{line} with max {max}");
+        }
+    }
+
+    #[test]
     fn keywords_are_case_insensitive() {
         assert_eq!(parse_release(&v("x k o aLl")).map(|r| r.all), Ok(true));
         assert_eq!(
-            parse_acquire(&v("x k o 5 WaIt 7")).map(|r| r.wait_ms),
+            parse_acquire(&v("x k o 5 WaIt 7"), 0).map(|r| r.wait_ms),
             Ok(Some(7))
         );
     }
@@ -322,14 +364,14 @@ mod tests {
     #[test]
     fn reenter_and_info_shapes() {
         assert_eq!(
-            parse_reenter(&v("x k o")),
+            parse_reenter(&v("x k o"), 0),
             Ok(Reenter {
                 owner: b"o",
                 ttl_ms: None
             })
         );
         assert_eq!(
-            parse_reenter(&v("x k o 9")),
+            parse_reenter(&v("x k o 9"), 0),
             Ok(Reenter {
                 owner: b"o",
                 ttl_ms: Some(9)

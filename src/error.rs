@@ -18,6 +18,8 @@ pub enum LockError {
     Syntax,
     /// `ttl-ms` is not an integer in `1..=2^40`.
     BadTtl,
+    /// `ttl-ms` is above `lock.max-ttl`.
+    TtlAboveMax,
     /// `timeout-ms` is not an integer in `0..=2^40`.
     BadTimeout,
     /// An internal-command integer (count, fence, expiry) is out of range.
@@ -45,6 +47,7 @@ impl LockError {
             LockError::WrongArity => "ERR wrong number of arguments",
             LockError::Syntax => "ERR syntax error",
             LockError::BadTtl => TTL_MESSAGE,
+            LockError::TtlAboveMax => "ERR ttl-ms is above lock.max-ttl (CONFIG GET lock.max-ttl)",
             LockError::BadTimeout => TIMEOUT_MESSAGE,
             LockError::BadNumber => "ERR value is not an integer or out of range",
             LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",

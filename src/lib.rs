@@ -9,6 +9,7 @@
 //! | [`cluster`] | hash slots, `MIGRATE` and `CLIENT UNBLOCK` arguments | no |
 //! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end, TTL fixes | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
+//! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion | no |
 //! | [`queue`] | the FIFO of clients waiting on each lock | no |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes | no |
 //! | [`error`] | the one error enum and its reply texts | no |
@@ -30,6 +31,7 @@ pub mod fence;
 pub mod ffi;
 pub mod handoff;
 pub mod lock;
+pub mod quarantine;
 pub mod queue;
 pub mod stats;
 
@@ -49,6 +51,10 @@ mod registration {
     /// to server events (the data type is registered by the macro).
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ffi::install_panic_hook();
+        if let Err(why) = ffi::config::register(ctx) {
+            ctx.log_warning(&format!("lock: {why}"));
+            return Status::Err;
+        }
         if register_commands(ctx) == Status::Err {
             return Status::Err;
         }

@@ -16,6 +16,7 @@ use std::ptr::{self, NonNull};
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::ffi::config;
 use crate::ffi::key::LockKey;
 use crate::ffi::{guard, now_ms, waiting};
 use crate::{cluster, fence, stats};
@@ -248,6 +249,7 @@ fn server_event(
                 // a replica keeps exactly its master's counter.
                 fence::observe(fence::next(0, now_ms()));
             }
+            config::loading_ended();
             (vec![None], false)
         }
         _ => return,

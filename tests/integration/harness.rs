@@ -79,6 +79,7 @@ pub const LOCK_INFO_FIELDS: &[&str] = &[
     "lock_expired_held",
     "lock_notowner",
     "lock_last_fence",
+    "lock_quarantine_ms",
 ];
 
 /// A replica of `master`, started and with its link to the master up.
