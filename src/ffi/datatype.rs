@@ -10,6 +10,7 @@ use std::alloc::{self, Layout};
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
@@ -28,6 +29,10 @@ pub const ENCODING_VERSION: i32 = 2;
 /// A lease end not known: a value loaded from version 1. Its key's TTL is
 /// its lease (see [`crate::lock::lease_end`]).
 pub const LEASE_UNKNOWN: u64 = 0;
+
+/// Version 1 values loaded since the last upgrade pass (see
+/// `events::upgrade_v1_locks`).
+pub static V1_LOADED: AtomicU64 = AtomicU64::new(0);
 
 /// What a lock key's value is. Never built on the stack: a value lives in
 /// one allocation made by [`StoredLock::new_raw`], with `owner_len` bytes of
@@ -191,6 +196,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
     let lease = if encver >= 2 {
         raw::load_unsigned(rdb).ok()?
     } else {
+        V1_LOADED.fetch_add(1, Relaxed);
         LEASE_UNKNOWN
     };
     let owner = owner.as_ref();
