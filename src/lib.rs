@@ -44,7 +44,7 @@ mod registration {
 
     use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-    use crate::commands;
+    use crate::{commands, error};
     use crate::ffi::{self, datatype::LOCK_TYPE};
 
     /// Module load: panic hook, commands, INFO section and subscriptions
@@ -80,9 +80,15 @@ mod registration {
                     argc: c_int,
                 ) -> c_int {
                     let context = Context::new(ctx);
-                    // SAFETY: Redis passes `argc` live arguments for the call.
-                    let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
-                    context.reply($handler(&context, &args)) as c_int
+                    let replied = ffi::guard(stringify!($handler), None, || {
+                        // SAFETY: Redis passes `argc` live arguments for the call.
+                        let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
+                        Some(context.reply($handler(&context, &args)) as c_int)
+                    });
+                    // A panic outside the handler's own guard: still one reply.
+                    replied.unwrap_or_else(|| {
+                        context.reply(Err(error::LockError::Internal.into_redis())) as c_int
+                    })
                 }
                 shim as extern "C" fn(_, _, _) -> _
             }};
