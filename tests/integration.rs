@@ -47,6 +47,10 @@ mod persistence;
 /// a promoted replica keeps fences rising.
 #[path = "integration/replication.rs"]
 mod replication;
+/// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
+/// with its locks intact, and none is held forever (issue 10).
+#[path = "integration/upgrade.rs"]
+mod upgrade;
 /// Blocked waiters (`LOCK.ACQUIRE … WAIT`): FIFO hand-off on every way a lock
 /// frees, no barging, timeouts, unblock and disconnect, replication, reloads.
 #[path = "integration/waiting.rs"]
