@@ -221,7 +221,7 @@ fn show(unit: &[Vec<Vec<u8>>]) -> String {
 }
 
 /// Issue 10: the release and the grant reach the AOF together: from the
-/// last entry that writes alice's hold to the one that writes bob's, every
+/// entry that writes alice's acquisition to the one that writes bob's, every
 /// entry about `k` is inside the grant's `MULTI` … `EXEC` (or the grant
 /// alone replaces alice's hold). A replay never stops with `k` free while
 /// bob was waiting.
@@ -262,9 +262,10 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
         .iter()
         .position(|unit| names(unit, b"bob"))
         .unwrap_or_else(|| panic!("no entry grants k to bob in the AOF:\n{units:#?}"));
+    // Alice's only write before the release is her acquisition.
     let alice = units[..grant]
         .iter()
-        .rposition(|unit| names(unit, b"alice"))
+        .position(|unit| names(unit, b"alice"))
         .unwrap_or_else(|| panic!("no entry writes alice's hold before bob's grant"));
     let between: Vec<String> = units[alice + 1..grant]
         .iter()

@@ -14,6 +14,8 @@
 //! own pings do not move the offset, and `hz 100` so that a timed pause or a
 //! failover's timeout ends within 10 ms of its deadline.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -46,12 +48,16 @@ fn master_and_replica() -> (Server, Server) {
     (master, replica)
 }
 
-/// Alice holds `k` for [`LEASE_MS`]; bob waits for it without a time limit.
+/// Alice holds `k` for `lease_ms`; bob waits for it without a time limit.
 /// Returns bob's thread (his reply and when it came) once the master shows
 /// him waiting and the replica has everything so far.
-fn alice_holds_and_bob_waits(master: &Server, replica: &Server) -> JoinHandle<(Reply, Instant)> {
+fn alice_holds_and_bob_waits(
+    master: &Server,
+    replica: &Server,
+    lease_ms: i64,
+) -> JoinHandle<(Reply, Instant)> {
     let mut c = master.conn();
-    c.acquire("k", "alice", LEASE_MS).expect("k is free");
+    c.acquire("k", "alice", lease_ms).expect("k is free");
     let bob = wait_on_timed(master.conn(), "k", "bob", 10_000, 0);
     wait_until("bob waits on k", SOON, || {
         c.lock_info("k").is_some_and(|info| info.waiters == 1)
@@ -67,10 +73,23 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
+/// Whether `server` answers `PING` within a second on a new connection (a
+/// crashing server may still run its crash report for a while).
+fn answers_ping(server: &Server) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", server.port())) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
 /// Asserts the master is still running: the old module aborted here.
 fn assert_alive(master: &mut Server, during: &str) {
     assert!(
-        master.is_alive(),
+        master.is_alive() && answers_ping(master),
         "the master died when the lease ended during {during} (issue 10)"
     );
 }
@@ -122,10 +141,12 @@ fn assert_bob_holds_everywhere(master: &Server, replica: &Server, fence: i64, en
 /// let it lapse (under `ALL` no client command, `UNPAUSE` included, runs).
 fn lease_end_during_client_pause(mode: &str, unpause: bool) {
     let (mut master, replica) = master_and_replica();
-    let bob = alice_holds_and_bob_waits(&master, &replica);
+    let bob = alice_holds_and_bob_waits(&master, &replica, LEASE_MS);
     let mut c = master.conn();
 
     // One round trip: the lease is still running when the pause begins.
+    // The server's pause ends no earlier than this clock reading + PAUSE_MS.
+    let pause_end_ms = now_ms() + PAUSE_MS;
     let (pttl, ()): (i64, ()) = redis::pipe()
         .cmd("PTTL")
         .arg("k")
@@ -134,7 +155,6 @@ fn lease_end_during_client_pause(mode: &str, unpause: bool) {
         .query(&mut c)
         .expect("PTTL, CLIENT PAUSE");
     let paused_at = Instant::now();
-    let pause_end_ms = now_ms() + PAUSE_MS;
     assert!(
         pttl > 0,
         "the lease ended before the pause began: PTTL {pttl}"
@@ -201,13 +221,15 @@ fn failover_state(master: &Server) -> String {
 #[test]
 fn lease_end_during_a_failover_hands_off_once_the_failover_aborts() {
     let (mut master, replica) = master_and_replica();
-    let bob = alice_holds_and_bob_waits(&master, &replica);
+    let bob = alice_holds_and_bob_waits(&master, &replica, LEASE_MS);
     let mut c = master.conn();
 
     // A write the frozen replica cannot acknowledge keeps the failover in
     // its first, paused phase until its timeout.
     replica.suspend();
     assert_eq!(c.call(&["SET", "unacked", "1"]), Ok(Value::Okay));
+    // The failover times out no earlier than this clock reading + PAUSE_MS.
+    let abort_ms = now_ms() + PAUSE_MS;
     let (pttl, ()): (i64, ()) = redis::pipe()
         .cmd("PTTL")
         .arg("k")
@@ -216,7 +238,6 @@ fn lease_end_during_a_failover_hands_off_once_the_failover_aborts() {
         .query(&mut c)
         .expect("PTTL, FAILOVER");
     let started = Instant::now();
-    let abort_ms = now_ms() + PAUSE_MS;
     assert!(pttl > 0, "the lease ended before the failover: PTTL {pttl}");
     assert_eq!(failover_state(&master), "waiting-for-sync");
     let sent = master.info_int("replication", "master_repl_offset");
@@ -257,12 +278,18 @@ fn lease_end_during_a_failover_hands_off_once_the_failover_aborts() {
 #[test]
 fn lease_end_while_shutdown_waits_for_a_replica_hands_off_after_shutdown_abort() {
     let (mut master, replica) = master_and_replica();
-    let bob = alice_holds_and_bob_waits(&master, &replica);
+    // SHUTDOWN starts after a few more round trips than a pause does:
+    // a longer lease still ends well inside its wait.
+    let bob = alice_holds_and_bob_waits(&master, &replica, 3 * LEASE_MS);
     let mut c = master.conn();
 
     replica.suspend();
     assert_eq!(c.call(&["SET", "unacked", "1"]), Ok(Value::Okay));
-    assert!(c.pttl("k") > 0, "the lease ended before the shutdown");
+    let pttl = c.pttl("k");
+    assert!(
+        pttl > 300,
+        "the lease is about to end before the shutdown: PTTL {pttl}"
+    );
     // SHUTDOWN blocks its client while it waits for the replica; the reply
     // (an error, once aborted) comes on its own thread.
     let mut shutting = master.conn();
