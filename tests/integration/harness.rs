@@ -474,6 +474,34 @@ impl Server {
         self.start_again();
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `SIGSTOP`: the process freezes with its connections open, as a
+    /// replica that stops acknowledging would. [`Server::resume`] undoes it;
+    /// drop's `SIGKILL` ends a stopped process too.
+    pub fn suspend(&self) {
+        self.signal("STOP");
+    }
+
+    /// `SIGCONT`: a [`Server::suspend`]ed process runs on.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self
+            .pid()
+            .unwrap_or_else(|| panic!("{} is not running", self.label));
+        let status = Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run kill -{name}: {e}"));
+        assert!(status.success(), "kill -{name} {pid} failed: {status}");
+    }
+
     /// Whether the process is still running (it has not crashed).
     pub fn is_alive(&mut self) -> bool {
         match self.child.as_mut() {
@@ -791,6 +819,21 @@ pub fn wait_on<C: Call + Send + 'static>(
 ) -> JoinHandle<Reply> {
     let args = wait_args(key, owner, ttl_ms, timeout_ms);
     thread::spawn(move || conn.call(&args))
+}
+
+/// [`wait_on`], and when the reply arrived: for tests that time a hand-off.
+pub fn wait_on_timed<C: Call + Send + 'static>(
+    mut conn: C,
+    key: &str,
+    owner: &str,
+    ttl_ms: i64,
+    timeout_ms: i64,
+) -> JoinHandle<(Reply, Instant)> {
+    let args = wait_args(key, owner, ttl_ms, timeout_ms);
+    thread::spawn(move || {
+        let reply = conn.call(&args);
+        (reply, Instant::now())
+    })
 }
 
 /// The arguments of `LOCK.ACQUIRE key owner ttl-ms WAIT timeout-ms`.
