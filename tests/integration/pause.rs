@@ -164,13 +164,14 @@ fn lease_end_during_client_pause(mode: &str, unpause: bool) {
 
     // Well past the lease end, still inside the pause.
     sleep_until(paused_at + Duration::from_millis((PAUSE_MS - 300) as u64));
-    assert_alive(&mut master, &format!("CLIENT PAUSE {mode}"));
     let bob = assert_still_waiting(bob, "the pause");
     assert_eq!(
         replica.info_int("replication", "master_repl_offset"),
         sent,
         "the master wrote to its replica during the pause"
     );
+    // Last: under `ALL` the PING it sends waits for the pause to end.
+    assert_alive(&mut master, &format!("CLIENT PAUSE {mode}"));
 
     let (fence, late, ended_ms) = if unpause {
         let unpaused = Instant::now();
