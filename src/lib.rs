@@ -44,8 +44,8 @@ mod registration {
 
     use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-    use crate::{commands, error};
     use crate::ffi::{self, datatype::LOCK_TYPE};
+    use crate::{commands, error};
 
     /// Module load: panic hook, commands, INFO section and subscriptions
     /// to server events (the data type is registered by the macro).
