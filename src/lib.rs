@@ -15,7 +15,7 @@
 //! | [`error`] | the one error enum and its reply texts | no |
 //! | [`stats`] | counters for `INFO lock` | no |
 //! | [`commands`] | one handler per command: parse → apply → reply | safe API |
-//! | [`ffi`] | all raw C API use: data type callbacks, keys, blocking, events | `unsafe` |
+//! | [`ffi`] | all raw C API use: data type, keys, blocking, events, configs | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock` (owner, count,
 //! fence, lease end) in one allocation; the lease is mirrored as the key's
