@@ -23,6 +23,8 @@ from typing import Callable, List, Optional
 import pytest
 import redis
 
+from redislock._common import parse_info
+
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = os.environ.get("LOCK_MODULE") or str(ROOT / "target/release/libredislock.so")
 SERVER = os.environ.get("LOCK_SERVER") or "redis-server"
@@ -84,6 +86,7 @@ class Server:
             "--save", "",
             "--appendonly", "no",
             "--enable-debug-command", "yes",
+            "--repl-diskless-sync-delay", "0",
         ]
         if self.module:
             args += ["--loadmodule", MODULE]
@@ -134,10 +137,8 @@ def commandstat(client: redis.Redis, command: str) -> int:
 
 
 def lock_info(client: redis.Redis, name: str) -> Optional[dict]:
-    reply = client.execute_command("LOCK.INFO", name)
-    if reply is None:
-        return None
-    return {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
+    """LOCK.INFO as a dict (RESP2 or RESP3 client), None for a free lock."""
+    return parse_info(client.execute_command("LOCK.INFO", name))
 
 
 def wait_waiters(client: redis.Redis, name: str, n: int, timeout: float = 10.0) -> None:

@@ -155,10 +155,14 @@ def run(scenario, client, cls, key):
         client.delete(key)
 
 
-@pytest.mark.parametrize("decode", [False, True], ids=["bytes", "decoded"])
+@pytest.mark.parametrize(
+    "options",
+    [{"protocol": 3}, {"protocol": 2}, {"protocol": 3, "decode_responses": True}],
+    ids=["resp3", "resp2", "resp3-decoded"],
+)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
-def test_same_observations_as_redis_py(server, r, scenario, decode):
-    client = server.client(decode_responses=decode)
+def test_same_observations_as_redis_py(server, r, scenario, options):
+    client = server.client(**options)
     seen = {
         label: run(scenario, client, cls, f"compat:{label}:{scenario.__name__}")
         for label, cls in CLASSES.items()
