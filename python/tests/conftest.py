@@ -240,3 +240,12 @@ def pytest_runtest_makereport(item, call):
             report.sections.append(
                 (f"server log (port {s.port})", "\n".join(s.log().splitlines()[-40:]))
             )
+
+
+def pytest_report_header(config):
+    try:
+        version = subprocess.run([SERVER, "--version"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+    except OSError as e:
+        version = f"not runnable: {e}"
+    return [f"lock server: {SERVER}: {version}", f"lock module: {MODULE}"]
