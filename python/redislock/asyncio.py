@@ -49,18 +49,19 @@ logger = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
 
 
-def _read_timeout(connection: Any, wait: int) -> float:
+def _read_timeout(connection: Any, wait: Optional[int]) -> float:
     """As in the sync lock; ``math.inf`` is redis.asyncio's "no limit"."""
     margin = getattr(connection, "socket_timeout", None)
-    if wait == 0 or margin is None:
+    if margin is None or wait == 0:
         return math.inf
-    return wait / 1000 + margin
+    return (wait or 0) / 1000 + margin
 
 
-async def _wait_on(conn: Any, args: tuple, wait: int, asking: bool) -> Any:
-    """One blocking command on ``conn``; any failure or cancellation while
-    waiting closes it, so the server drops us from the queue and no late
-    reply lands on a pooled connection."""
+async def _acquire_on(conn: Any, args: tuple, wait: Optional[int], asking: bool) -> Any:
+    """One ``LOCK.ACQUIRE`` on ``conn``, never retried (see the sync lock);
+    any failure or cancellation while waiting closes the connection, so the
+    server drops us from the queue and no late reply lands on a pooled
+    connection."""
     try:
         if asking:
             await conn.send_command("ASKING")
@@ -74,12 +75,12 @@ async def _wait_on(conn: Any, args: tuple, wait: int, asking: bool) -> Any:
         raise
 
 
-async def _wait_call(client: Any, name: Any, args: tuple, wait: int) -> Any:
+async def _acquire_call(client: Any, name: Any, args: tuple, wait: Optional[int]) -> Any:
     if not hasattr(client, "nodes_manager"):
         pool = client.connection_pool
         conn = await pool.get_connection()
         try:
-            return await _wait_on(conn, args, wait, asking=False)
+            return await _acquire_on(conn, args, wait, asking=False)
         finally:
             await pool.release(conn)
     # RedisCluster: the node owning the key's slot; follow MOVED and ASK.
@@ -88,7 +89,7 @@ async def _wait_call(client: Any, name: Any, args: tuple, wait: int) -> Any:
         node = target or client.get_node_from_key(name)
         conn = node.acquire_connection()
         try:
-            return await _wait_on(conn, args, wait, asking=target is not None)
+            return await _acquire_on(conn, args, wait, asking=target is not None)
         except MovedError:
             await client.nodes_manager.initialize()
             target = None
@@ -98,7 +99,7 @@ async def _wait_call(client: Any, name: Any, args: tuple, wait: int) -> Any:
                 await client.nodes_manager.initialize()
         finally:
             node.release(conn)
-    raise LockError("too many cluster redirections while waiting", lock_name=name)
+    raise LockError("too many cluster redirections for LOCK.ACQUIRE", lock_name=name)
 
 
 # ---------------------------------------------------------------------------
@@ -298,13 +299,10 @@ class Lock:
         wait = wait_ms(blocking, blocking_timeout)
         args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
         sent = time.monotonic()
-        if wait is None:
-            fence = await self._execute(*args)
-        else:
-            try:
-                fence = await _wait_call(self.redis, self.name, args, wait)
-            except ResponseError as e:
-                raise translate(e, self.name) from None
+        try:
+            fence = await _acquire_call(self.redis, self.name, args, wait)
+        except ResponseError as e:
+            raise translate(e, self.name) from None
         if fence is None:
             return False
         start = max(sent, time.monotonic() - HANDOFF_SLACK) if wait is not None else sent

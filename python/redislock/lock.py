@@ -48,23 +48,28 @@ HANDOFF_SLACK = 0.05
 # ---------------------------------------------------------------------------
 
 
-def _read_timeout(connection: Any, wait: int) -> Optional[float]:
-    """How long to read a ``WAIT wait`` reply: the wait plus the connection's
-    own socket timeout as margin, or no limit for ``WAIT 0`` or a connection
-    without a timeout. redis-py 8 sets socket_timeout to 5 s by default, which
-    would otherwise cut any longer wait (and its retry would requeue us at the
-    back of the line)."""
+def _read_timeout(connection: Any, wait: Optional[int]) -> Optional[float]:
+    """How long to read the reply to an acquisition with ``WAIT wait`` (None:
+    no WAIT): the wait plus the connection's own socket timeout as margin, or
+    no limit for ``WAIT 0`` or a connection without a timeout. redis-py 8 sets
+    socket_timeout to 5 s by default, which would otherwise cut any longer
+    wait (and its retry would requeue us at the back of the line)."""
     margin = getattr(connection, "socket_timeout", None)
-    if wait == 0 or margin is None:
+    if margin is None or wait == 0:
         return None
-    return wait / 1000 + margin
+    return (wait or 0) / 1000 + margin
 
 
-def _wait_on_pool(pool: Any, args: tuple, wait: int, asking: bool = False) -> Any:
-    """Send one blocking command on a connection taken from ``pool`` and read
-    its reply with a timeout that fits the wait. Any failure while waiting
+def _acquire_on_pool(pool: Any, args: tuple, wait: Optional[int], asking: bool = False) -> Any:
+    """Send one ``LOCK.ACQUIRE`` on a connection taken from ``pool`` and read
+    its reply with a timeout that fits its wait. Any failure while waiting
     closes that connection: the server then drops us from the queue (SPEC §6)
-    and no late reply can land on a pooled connection."""
+    and no late reply can land on a pooled connection.
+
+    Never retried (redis-py's execute_command retries after a connection
+    error): if the first attempt had been granted and only its reply lost, a
+    retry with the same token would be counted as a reentry, and one release
+    would then leave the lock held."""
     conn = pool.get_connection()
     try:
         if asking:
@@ -81,10 +86,10 @@ def _wait_on_pool(pool: Any, args: tuple, wait: int, asking: bool = False) -> An
         pool.release(conn)
 
 
-def _wait_call(client: Any, name: Any, args: tuple, wait: int) -> Any:
-    """Run a blocking ``LOCK.ACQUIRE … WAIT`` on a plain or cluster client."""
+def _acquire_call(client: Any, name: Any, args: tuple, wait: Optional[int]) -> Any:
+    """Run a ``LOCK.ACQUIRE`` on a plain or cluster client."""
     if not hasattr(client, "nodes_manager"):
-        return _wait_on_pool(client.connection_pool, args, wait)
+        return _acquire_on_pool(client.connection_pool, args, wait)
     # RedisCluster: go to the node that owns the key's slot; follow a MOVED
     # (slots changed: refresh the map) or an ASK (slot being migrated: the
     # lock already lives on the target, which serves the wait) a few times.
@@ -93,7 +98,7 @@ def _wait_call(client: Any, name: Any, args: tuple, wait: int) -> Any:
         node = target or client.get_node_from_key(name)
         pool = client.get_redis_connection(node).connection_pool
         try:
-            return _wait_on_pool(pool, args, wait, asking=target is not None)
+            return _acquire_on_pool(pool, args, wait, asking=target is not None)
         except MovedError:
             client.nodes_manager.initialize()
             target = None
@@ -101,7 +106,7 @@ def _wait_call(client: Any, name: Any, args: tuple, wait: int) -> Any:
             target = client.get_node(host=e.host, port=e.port)
             if target is None:
                 client.nodes_manager.initialize()
-    raise LockError("too many cluster redirections while waiting", lock_name=name)
+    raise LockError("too many cluster redirections for LOCK.ACQUIRE", lock_name=name)
 
 
 # ---------------------------------------------------------------------------
@@ -345,13 +350,10 @@ class Lock:
         wait = wait_ms(blocking, blocking_timeout)
         args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
         sent = time.monotonic()
-        if wait is None:
-            fence = self._execute(*args)
-        else:
-            try:
-                fence = _wait_call(self.redis, self.name, args, wait)
-            except ResponseError as e:
-                raise translate(e, self.name) from None
+        try:
+            fence = _acquire_call(self.redis, self.name, args, wait)
+        except ResponseError as e:
+            raise translate(e, self.name) from None
         if fence is None:
             return False
         self._held(token, int(fence), sent, waited=wait is not None)

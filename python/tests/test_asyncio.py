@@ -156,14 +156,15 @@ def test_auto_renewal_loss_and_no_renewal_after_release(server, r, name):
         async def on_lost(lock):
             calls.append(lock)
 
-        lock = Lock(client, name, timeout=0.3, auto_renewal=True, on_lost=on_lost)
+        # A 0.6 s lease: a renewal every 0.2 s.
+        lock = Lock(client, name, timeout=0.6, auto_renewal=True, on_lost=on_lost)
         await lock.acquire()
-        await asyncio.sleep(1.2)
+        await asyncio.sleep(1.5)  # two and a half leases
         assert await lock.owned() and not lock.lost.is_set()
-        assert commandstat(r, "lock.renew") >= 6
+        assert commandstat(r, "lock.renew") >= 5
         await lock.release()
         renewals = commandstat(r, "lock.renew")
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.8)  # four renewal periods
         assert commandstat(r, "lock.renew") == renewals
         # Loss: the key deleted under a renewing hold.
         await lock.acquire()
@@ -173,9 +174,9 @@ def test_auto_renewal_loss_and_no_renewal_after_release(server, r, name):
         assert calls == [lock]
         # timeout=None: a renewed lease of no_timeout_lease seconds.
         forever = Lock(client, name + ":forever")
-        forever.no_timeout_lease = 0.3
+        forever.no_timeout_lease = 0.6
         await forever.acquire()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.5)
         assert await forever.owned()
         await forever.release()
         await client.aclose()
