@@ -13,6 +13,8 @@ import redis.cluster
 from redislock import Lock
 from redislock.asyncio import Lock as AsyncLock
 
+from redislock._common import parse_info
+
 from conftest import commandstat, wait_until
 
 COMMANDS = ("lock.acquire", "lock.release", "lock.renew", "lock.info")
@@ -128,3 +130,34 @@ def test_asyncio_cluster_routes_by_key(cluster):
 
     asyncio.run(main())
 
+
+
+def test_an_acquire_follows_ask_to_the_importing_node(cluster):
+    """While a slot migrates, the old owner answers ASK for a key it no longer
+    has; the acquire must go to the importing node, preceded by ASKING."""
+    rc = cluster_client(cluster)
+    keys = key_per_node(rc, cluster)
+    source_port, key = next(iter(keys.items()))
+    source = next(n for n in cluster if n.port == source_port)
+    target = next(n for n in cluster if n.port != source_port)
+    slot = rc.keyslot(key)
+    ids = {n.port: n.client().cluster("myid") for n in (source, target)}
+    ids = {p: (i.decode() if isinstance(i, bytes) else i) for p, i in ids.items()}
+    target.client().cluster("setslot", slot, "importing", ids[source.port])
+    source.client().cluster("setslot", slot, "migrating", ids[target.port])
+    try:
+        reset(cluster)
+        lock = Lock(rc, key, timeout=10)
+        assert lock.acquire(blocking_timeout=1)
+        assert commandstat(target.client(), "lock.acquire") == 1
+        assert commandstat(source.client(), "lock.acquire") == 0  # redirected
+        asking = target.client(single_connection_client=True)
+        asking.execute_command("ASKING")
+        assert parse_info(asking.execute_command("LOCK.INFO", key))["owner"] == lock.token
+        asking.execute_command("ASKING")
+        assert asking.execute_command("LOCK.RELEASE", key, lock.token) == 0
+        asking.close()
+    finally:
+        for n in (source, target):
+            n.client().cluster("setslot", slot, "stable")
+    rc.close()
