@@ -12,7 +12,7 @@ from redislock import LockError, LockNotOwnedError, ModuleNotLoadedError
 from redislock._common import parse_info
 from redislock.asyncio import Lock
 
-from conftest import commandstat, lock_info
+from conftest import commandstat
 
 
 async def eventually(check, timeout=10.0, what=""):

@@ -6,14 +6,12 @@ node: the owner ran them, the other two ran none."""
 import asyncio
 import threading
 
-import pytest
 import redis.asyncio.cluster
 import redis.cluster
 
 from redislock import Lock
-from redislock.asyncio import Lock as AsyncLock
-
 from redislock._common import parse_info
+from redislock.asyncio import Lock as AsyncLock
 
 from conftest import commandstat, wait_until
 
