@@ -65,6 +65,26 @@ bench-quick: build ## The same benchmark, fewer and shorter runs (< 2 min)
 
 .PHONY: bench bench-quick
 
+# The Python package (python/): a virtualenv under target/, the package and
+# pinned test/bench dependencies installed into it.
+PYENV := target/pyenv
+PY_PINS := redis==8.1.0 pytest==9.2.0 python-redis-lock==4.0.1
+
+$(PYENV)/bin/python:
+	python3 -m venv $(PYENV) || { rm -rf $(PYENV); $(SUDO) apt-get install -y -qq python3-venv && python3 -m venv $(PYENV); }
+
+python-env: $(PYENV)/bin/python
+	$(PYENV)/bin/pip install --quiet --disable-pip-version-check ./python $(PY_PINS)
+
+python-test: build valkey python-env ## Python package (python/): its pytest suite on Redis, then on Valkey
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(CURDIR)/$(PYENV)/bin/pytest tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) $(CURDIR)/$(PYENV)/bin/pytest tests
+
+bench-python: build python-env ## Python locks compared: redislock vs redis-py's Lock vs python-redis-lock (< 1 min)
+	LOCK_MODULE=$(CURDIR)/$(MODULE) $(PYENV)/bin/python python/bench/bench.py
+
+.PHONY: python-env python-test bench-python
+
 clean: ## Remove build output and local data files
 	cargo clean
-	rm -rf dump.rdb appendonlydir
+	rm -rf dump.rdb appendonlydir python/build python/*.egg-info
