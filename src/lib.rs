@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`args`] | argument vectors → typed requests, every §9 rule | no |
 //! | [`cluster`] | hash slots and `MIGRATE` arguments, for slot migration | no |
-//! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end | no |
+//! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
 //! | [`queue`] | the FIFO of clients waiting on each lock | no |
 //! | [`error`] | the one error enum and its reply texts | no |
@@ -84,6 +84,7 @@ mod registration {
             (c"lock.reenter", shim!(commands::reenter), c"write deny-oom"),
             (c"lock.release", shim!(commands::release), c"write"),
             (c"lock.renew", shim!(commands::renew), c"write"),
+            (c"lock.fence", shim!(commands::fence), c"write"),
             (c"lock.info", shim!(commands::info), c"readonly fast"),
             (c"lock.apply", shim!(commands::apply), c"write"),
         ];
