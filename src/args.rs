@@ -42,6 +42,27 @@ pub struct Renew<'a> {
     pub ttl_ms: u64,
 }
 
+/// `LOCK.FENCE key owner min-fence`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fence<'a> {
+    pub owner: &'a [u8],
+    pub min_fence: u64,
+}
+
+/// How far ahead of the clock floor a `min-fence` may reach: one hour.
+pub const FENCE_AHEAD_MS: u64 = 3_600_000;
+
+/// The largest `min-fence` at wall-clock time `now_ms`:
+/// `(now_ms + 1 hour) × 2^20`. A bound tied to the clock keeps any client
+/// from pushing the counter to the end of the fence space, while leaving a
+/// Redlock client room to raise servers whose clocks lag the others'.
+pub fn max_min_fence(now_ms: u64) -> u64 {
+    now_ms
+        .saturating_add(FENCE_AHEAD_MS)
+        .saturating_mul(1 << crate::fence::CLOCK_SHIFT)
+        .min(crate::fence::MAX_FENCE)
+}
+
 /// `LOCK.APPLY key owner count fence [PXAT unix-ms]` (internal: replication
 /// and AOF). Without `PXAT` the key keeps its TTL; the AOF rewrite relies on
 /// that, as Redis writes a `PEXPIREAT` after the module's own commands.
@@ -119,6 +140,22 @@ pub fn parse_renew<'a, A: AsRef<[u8]>>(
     Ok(Renew {
         owner: parse_owner(owner)?,
         ttl_ms,
+    })
+}
+
+/// `LOCK.FENCE key owner min-fence`, checked against the clock at `now_ms`.
+pub fn parse_fence<'a, A: AsRef<[u8]>>(args: &'a [A], now_ms: u64) -> Result<Fence<'a>, LockError> {
+    let (owner, min_fence) = match args {
+        [_, _, owner, min_fence] => (owner, min_fence),
+        [_, _, _, _, ..] => return Err(LockError::Syntax),
+        _ => return Err(LockError::WrongArity),
+    };
+    let min_fence = parse_int(min_fence)
+        .filter(|fence| (1..=max_min_fence(now_ms)).contains(fence))
+        .ok_or(LockError::BadFence)?;
+    Ok(Fence {
+        owner: parse_owner(owner)?,
+        min_fence,
     })
 }
 
@@ -256,6 +293,12 @@ mod tests {
             ("LOCK.RENEW k  nope x", Syntax),
             ("LOCK.RENEW k  nope", BadTtl),
             ("LOCK.RENEW k  5", BadOwner),
+            ("LOCK.FENCE k o", WrongArity),
+            ("LOCK.FENCE k", WrongArity),
+            ("LOCK.FENCE k  nope x", Syntax),
+            ("LOCK.FENCE k  nope", BadFence),
+            ("LOCK.FENCE k  0", BadFence),
+            ("LOCK.FENCE k  5", BadOwner),
         ];
         for (line, want) in table {
             let args = v(line);
@@ -263,10 +306,55 @@ mod tests {
                 Some("LOCK.ACQUIRE") => parse_acquire(&args, 0).err(),
                 Some("LOCK.REENTER") => parse_reenter(&args, 0).err(),
                 Some("LOCK.RELEASE") => parse_release(&args).err(),
+                Some("LOCK.FENCE") => parse_fence(&args, NOW_MS).err(),
                 _ => parse_renew(&args, 0).err(),
             };
             assert_eq!(got, Some(want), "{line}");
         }
+    }
+
+    /// A 2026 timestamp in ms, for the clock-bound `min-fence`.
+    const NOW_MS: u64 = 1_790_000_000_000;
+
+    #[test]
+    fn fence_bounds_follow_the_clock() {
+        let max = (NOW_MS + 3_600_000) << 20;
+        let (max_s, over_s) = (max.to_string(), (max + 1).to_string());
+        let i64_max = i64::MAX.to_string();
+        for (fence, ok) in [
+            ("1", true),
+            ("42", true),
+            (max_s.as_str(), true),
+            ("0", false),
+            ("-1", false),
+            (over_s.as_str(), false),
+            (i64_max.as_str(), false),
+            ("18446744073709551615", false),
+            ("+5", false),
+            ("05", false),
+            ("5.0", false),
+            ("", false),
+        ] {
+            let args: Vec<&[u8]> = vec![b"LOCK.FENCE", b"k", b"o", fence.as_bytes()];
+            let want = if ok {
+                Ok(Fence {
+                    owner: b"o",
+                    min_fence: fence.parse().unwrap_or(0),
+                })
+            } else {
+                Err(BadFence)
+            };
+            assert_eq!(parse_fence(&args, NOW_MS), want, "min-fence {fence:?}");
+        }
+        // The bound moves with the clock: an hour later, `max + 1` is fine.
+        let args: Vec<&[u8]> = vec![b"LOCK.FENCE", b"k", b"o", over_s.as_bytes()];
+        assert!(parse_fence(&args, NOW_MS + 3_600_000).is_ok());
+    }
+
+    #[test]
+    fn fence_bound_saturates_at_the_largest_fence() {
+        assert_eq!(max_min_fence(u64::MAX), crate::fence::MAX_FENCE);
+        assert_eq!(max_min_fence(0), 3_600_000 << 20);
     }
 
     #[test]

@@ -158,6 +158,24 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
     })
 }
 
+/// `LOCK.FENCE key owner min-fence` → the hold's fence, now at least
+/// `min-fence`; every fence this server issues afterwards is higher.
+pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.FENCE", input, |argv| {
+        let now = now_ms();
+        let req = args::parse_fence(argv, now)?;
+        let key_name = input.key()?;
+        let mut key = LockKey::open(ctx, &key_name, true);
+        let hold = lock::fence(key.current()?, req.owner, req.min_fence, now)?;
+        key.apply(req.owner, hold, false);
+        // Replicas and the AOF raise their counter as they apply it
+        // (`LOCK.APPLY` observes the fence it carries).
+        fence::observe(hold.fence);
+        key.notify(NOTIFY_MODULE, c"lock.fence");
+        Ok(integer(hold.fence))
+    })
+}
+
 /// `LOCK.INFO key` → nil if free; else owner, count, fence, ttl, waiters
 /// (a map under RESP3, a flat array under RESP2; fields in this order).
 pub fn info(ctx: &Context, input: &Args) -> RedisResult {

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`args`] | argument vectors → typed requests, every §9 rule | no |
 //! | [`cluster`] | hash slots, `MIGRATE` and `CLIENT UNBLOCK` arguments | no |
-//! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end, TTL fixes | no |
+//! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
 //! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion | no |
 //! | [`queue`] | the FIFO of clients waiting on each lock | no |
@@ -99,6 +99,7 @@ mod registration {
             (c"lock.reenter", shim!(commands::reenter), c"write deny-oom"),
             (c"lock.release", shim!(commands::release), c"write"),
             (c"lock.renew", shim!(commands::renew), c"write"),
+            (c"lock.fence", shim!(commands::fence), c"write"),
             (c"lock.info", shim!(commands::info), c"readonly fast"),
             (c"lock.apply", shim!(commands::apply), c"write"),
         ];

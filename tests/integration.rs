@@ -29,6 +29,10 @@ mod errors;
 /// fences and waiters on the new master.
 #[path = "integration/failover.rs"]
 mod failover;
+/// `LOCK.FENCE` (issue 12): raising a hold's fence and the server's counter,
+/// its errors in order, replication and persistence.
+#[path = "integration/fence.rs"]
+mod fence;
 /// Thousands of random argument vectors: the server answers each and survives.
 #[path = "integration/fuzz.rs"]
 mod fuzz;
