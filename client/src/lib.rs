@@ -45,3 +45,8 @@ pub use guard::{Guard, LossSignal};
 pub use options::{drift, LockOptions};
 pub use redlock::{Redlock, RedlockOptions};
 pub use tokio_util::sync::CancellationToken;
+
+/// The top-level README's Rust example compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExample;
