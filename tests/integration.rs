@@ -21,6 +21,11 @@ mod cluster;
 /// Every reply of the five commands, fencing, and the decided corner cases.
 #[path = "integration/commands.rs"]
 mod commands;
+/// The module configs `lock.max-ttl` and `lock.quarantine` (issue 11): set
+/// at run time, in redis.conf, on the command line and by `MODULE LOADEX`;
+/// bad values refused; the cap on every `ttl-ms`.
+#[path = "integration/config.rs"]
+mod config;
 /// Bad input (SPEC §9): each error, the order of checks, and that an error
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 #[path = "integration/errors.rs"]
