@@ -68,6 +68,11 @@ mod pause;
 /// `COPY`, and restarts with persistence off.
 #[path = "integration/persistence.rs"]
 mod persistence;
+/// The quarantine (issue 11): no fresh hold for `lock.max-ttl` ms after a
+/// start or a promotion; a lock lost in a failover or a crash is not given
+/// to a second holder before its lease ends.
+#[path = "integration/quarantine.rs"]
+mod quarantine;
 /// Blocked-client races (issue 10): a hand-off against `CLIENT UNBLOCK` or
 /// `CLIENT KILL` in the same pipeline, with and without I/O threads.
 #[path = "integration/races.rs"]
