@@ -21,6 +21,11 @@ mod cluster;
 /// Every reply of the five commands, fencing, and the decided corner cases.
 #[path = "integration/commands.rs"]
 mod commands;
+/// The module configs `lock.max-ttl` and `lock.quarantine` (issue 11): set
+/// at run time, in redis.conf, on the command line and by `MODULE LOADEX`;
+/// bad values refused; the cap on every `ttl-ms`.
+#[path = "integration/config.rs"]
+mod config;
 /// Bad input (SPEC §9): each error, the order of checks, and that an error
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 #[path = "integration/errors.rs"]
@@ -63,6 +68,11 @@ mod pause;
 /// `COPY`, and restarts with persistence off.
 #[path = "integration/persistence.rs"]
 mod persistence;
+/// The quarantine (issue 11): no fresh hold for `lock.max-ttl` ms after a
+/// start or a promotion; a lock lost in a failover or a crash is not given
+/// to a second holder before its lease ends.
+#[path = "integration/quarantine.rs"]
+mod quarantine;
 /// Blocked-client races (issue 10): a hand-off against `CLIENT UNBLOCK` or
 /// `CLIENT KILL` in the same pipeline, with and without I/O threads.
 #[path = "integration/races.rs"]

@@ -145,6 +145,8 @@ pub struct ServerBuilder {
     label: String,
     config: Vec<(String, String)>,
     cluster: bool,
+    load_module: bool,
+    config_file: Option<String>,
 }
 
 impl ServerBuilder {
@@ -187,6 +189,21 @@ impl ServerBuilder {
             .config("cluster-node-timeout", node_timeout_ms)
     }
 
+    /// Starts without `--loadmodule`: the test loads the module itself
+    /// (`MODULE LOAD`/`LOADEX`, or a `loadmodule` line in its config file).
+    pub fn without_module(mut self) -> Self {
+        self.load_module = false;
+        self
+    }
+
+    /// Starts from a config file with this text (`redis.conf` in the
+    /// server's dir, its path first on the command line). The `--name value`
+    /// arguments follow it, so the server reads them after the file.
+    pub fn config_file(mut self, text: &str) -> Self {
+        self.config_file = Some(text.to_string());
+        self
+    }
+
     /// Starts the server and waits until it answers `PING`.
     pub fn start(self) -> Server {
         let module = module_path();
@@ -209,11 +226,17 @@ impl ServerBuilder {
             fs::remove_dir_all(&dir).expect("remove a stale test dir");
         }
         fs::create_dir_all(&dir).expect("create the test dir");
+        let config_file = self.config_file.map(|text| {
+            let path = dir.join("redis.conf");
+            fs::write(&path, text).expect("write the config file");
+            path
+        });
         let mut server = Server {
             label: self.label,
             port: 0,
             dir,
-            module,
+            module: self.load_module.then_some(module),
+            config_file,
             config: self.config,
             child: None,
         };
@@ -272,7 +295,10 @@ pub struct Server {
     label: String,
     port: u16,
     dir: PathBuf,
-    module: PathBuf,
+    /// `None`: started without `--loadmodule`.
+    module: Option<PathBuf>,
+    /// A config file the server reads before its `--name value` arguments.
+    config_file: Option<PathBuf>,
     config: Vec<(String, String)>,
     child: Option<Child>,
 }
@@ -289,6 +315,8 @@ impl Server {
             label: "server".into(),
             config: Vec::new(),
             cluster: false,
+            load_module: true,
+            config_file: None,
         }
     }
 
@@ -320,10 +348,18 @@ impl Server {
             ("save", String::new()),
             // A full sync to a replica starts at once instead of after 5 s.
             ("repl-diskless-sync-delay", "0".into()),
-            ("loadmodule", self.module.display().to_string()),
         ];
-        let mut args = Vec::new();
-        for (name, value) in defaults {
+        let module = self
+            .module
+            .iter()
+            .map(|path| ("loadmodule", path.display().to_string()));
+        // The config file's path comes first, or the server takes none.
+        let mut args: Vec<String> = self
+            .config_file
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect();
+        for (name, value) in defaults.into_iter().chain(module) {
             if !self.config.iter().any(|(n, _)| n == name) {
                 // One word each, even a path with spaces in it.
                 args.extend([format!("--{name}"), value]);
