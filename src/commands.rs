@@ -11,7 +11,7 @@ use redis_module::{raw, Context, ContextFlags, RedisResult, RedisValue};
 use crate::args;
 use crate::error::LockError;
 use crate::ffi::key::LockKey;
-use crate::ffi::{guard, now_ms, waiting, Args};
+use crate::ffi::{config, guard, now_ms, waiting, Args};
 use crate::lock::{self, Acquire};
 use crate::{fence, stats};
 
@@ -23,7 +23,7 @@ const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
 /// (fence) or the timeout passes (nil); never inside MULTI or scripts.
 pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.ACQUIRE", input, |argv| {
-        let req = args::parse_acquire(argv)?;
+        let req = args::parse_acquire(argv, config::max_ttl())?;
         let key_name = input.key()?;
         // Clients wait on this lock: if it is free (its lease ended), it is
         // theirs, first come first served. Hand it over now, in this command.
@@ -37,9 +37,12 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
             .filter(|lock| lock.is_live(now))
             .map(|lock| lock.hold.expires_at);
         // No barging: a free lock that still has clients waiting (they could
-        // not be served yet) is theirs, not this caller's.
-        let barging = holder_until.is_none() && waiting::waiting_on(ctx, &key_name).is_some();
-        let decision = if barging {
+        // not be served yet) is theirs, not this caller's. In quarantine no
+        // fresh hold begins at all (reentry by the holder still works).
+        let free = holder_until.is_none();
+        let barging = free && waiting::waiting_on(ctx, &key_name).is_some();
+        let quarantined = free && config::quarantine_ms() > 0;
+        let decision = if barging || quarantined {
             Acquire::Busy
         } else {
             lock::acquire(current, req.owner, req.ttl_ms, now, || fence::issue(now))?
@@ -69,11 +72,23 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
                 Some(timeout) if waiting::can_block(ctx) => {
                     drop(key);
                     let name = waiting::lock_name(ctx, &key_name);
-                    if waiting::block(ctx, name, req.owner, req.ttl_ms, timeout, holder_until) {
-                        Ok(RedisValue::NoReply)
-                    } else {
-                        Ok(RedisValue::Null)
+                    let blocked = waiting::block(
+                        ctx,
+                        name.clone(),
+                        req.owner,
+                        req.ttl_ms,
+                        timeout,
+                        holder_until,
+                    );
+                    if !blocked {
+                        return Ok(RedisValue::Null);
                     }
+                    if free {
+                        // Free but not grantable now (quarantine): the
+                        // engine serves it when the gate opens.
+                        waiting::serve_now(ctx, &name);
+                    }
+                    Ok(RedisValue::NoReply)
                 }
                 _ => Ok(RedisValue::Null),
             },
@@ -84,7 +99,7 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
 /// `LOCK.REENTER key owner [ttl-ms]` → the new count.
 pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.REENTER", input, |argv| {
-        let req = args::parse_reenter(argv)?;
+        let req = args::parse_reenter(argv, config::max_ttl())?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
         let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, now_ms())?;
@@ -131,7 +146,7 @@ pub fn release(ctx: &Context, input: &Args) -> RedisResult {
 /// `LOCK.RENEW key owner ttl-ms` → 1.
 pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.RENEW", input, |argv| {
-        let req = args::parse_renew(argv)?;
+        let req = args::parse_renew(argv, config::max_ttl())?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
         let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, now_ms())?;
@@ -140,6 +155,24 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
         stats::RENEWED.incr();
         waiting::lease_changed(ctx, &key_name, hold.expires_at);
         Ok(RedisValue::Integer(1))
+    })
+}
+
+/// `LOCK.FENCE key owner min-fence` → the hold's fence, now at least
+/// `min-fence`; every fence this server issues afterwards is higher.
+pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.FENCE", input, |argv| {
+        let now = now_ms();
+        let req = args::parse_fence(argv, now)?;
+        let key_name = input.key()?;
+        let mut key = LockKey::open(ctx, &key_name, true);
+        let hold = lock::fence(key.current()?, req.owner, req.min_fence, now)?;
+        key.apply(req.owner, hold, false);
+        // Replicas and the AOF raise their counter as they apply it
+        // (`LOCK.APPLY` observes the fence it carries).
+        fence::observe(hold.fence);
+        key.notify(NOTIFY_MODULE, c"lock.fence");
+        Ok(integer(hold.fence))
     })
 }
 

@@ -18,8 +18,12 @@ pub enum LockError {
     Syntax,
     /// `ttl-ms` is not an integer in `1..=2^40`.
     BadTtl,
+    /// `ttl-ms` is above `lock.max-ttl`.
+    TtlAboveMax,
     /// `timeout-ms` is not an integer in `0..=2^40`.
     BadTimeout,
+    /// `min-fence` is not an integer in `1..=(unix_ms + 1 hour) × 2^20`.
+    BadFence,
     /// An internal-command integer (count, fence, expiry) is out of range.
     BadNumber,
     /// The owner is empty or longer than [`crate::args::MAX_OWNER_LEN`].
@@ -45,7 +49,9 @@ impl LockError {
             LockError::WrongArity => "ERR wrong number of arguments",
             LockError::Syntax => "ERR syntax error",
             LockError::BadTtl => TTL_MESSAGE,
+            LockError::TtlAboveMax => "ERR ttl-ms is above lock.max-ttl (CONFIG GET lock.max-ttl)",
             LockError::BadTimeout => TIMEOUT_MESSAGE,
+            LockError::BadFence => FENCE_MESSAGE,
             LockError::BadNumber => "ERR value is not an integer or out of range",
             LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",
             LockError::WrongType => {
@@ -73,4 +79,8 @@ impl LockError {
 // Kept as consts so the bound printed is the bound enforced.
 const TTL_MESSAGE: &str = "ERR ttl-ms must be an integer from 1 to 1099511627776";
 const TIMEOUT_MESSAGE: &str = "ERR timeout-ms must be an integer from 0 to 1099511627776";
+const FENCE_MESSAGE: &str =
+    "ERR min-fence must be an integer from 1 to (unix_ms + 3600000) * 2^20 of the server clock";
+const _: () = assert!(crate::args::FENCE_AHEAD_MS == 3_600_000);
+const _: () = assert!(crate::fence::CLOCK_SHIFT == 20);
 const _: () = assert!(MAX_MS == 1_099_511_627_776);

@@ -292,6 +292,15 @@ impl<H> Engine<H> {
         self.retry_armed = false;
     }
 
+    /// The hold on `name` now ends at `until` (a renewal, a reentry, a TTL
+    /// put back): if clients wait, check it then.
+    pub fn lease_moved(&mut self, name: &LockName, until: u64, now: u64) -> Option<Timer> {
+        if !self.queues.has_waiters(name) {
+            return None;
+        }
+        self.arm_lease_check(name.clone(), until, now)
+    }
+
     /// The lease check armed for `name` at `at` fired.
     pub fn lease_check_fired(&mut self, name: &LockName, at: u64) {
         if self.lease_checks.get(name) == Some(&at) {
@@ -591,6 +600,16 @@ mod tests {
         e.lease_check_fired(&name("k"), NOW + 20);
         assert_eq!(p(&mut e, 5, NOW + 30), Some((NOW + 30, 30)));
         assert_eq!(p(&mut e, 6, u64::MAX), None);
+    }
+
+    #[test]
+    fn a_moved_lease_is_checked_only_if_someone_waits() {
+        let mut e = Engine::default();
+        assert_eq!(e.lease_moved(&name("k"), NOW + 10, NOW), None);
+        park(&mut e, "k", 1);
+        let timer = e.lease_moved(&name("k"), NOW + 10, NOW);
+        assert_eq!(timer.map(|t| t.at), Some(NOW + 10));
+        assert_eq!(e.waiters(&name("k")), 1); // never a grant
     }
 
     #[test]

@@ -7,14 +7,15 @@
 //! |---|---|---|
 //! | [`args`] | argument vectors → typed requests, every §9 rule | no |
 //! | [`cluster`] | hash slots, `MIGRATE` and `CLIENT UNBLOCK` arguments | no |
-//! | [`lock`] | the state machine: acquire, reenter, release, renew, lease end, TTL fixes | no |
+//! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
+//! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion | no |
 //! | [`queue`] | the FIFO of clients waiting on each lock | no |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes | no |
 //! | [`error`] | the one error enum and its reply texts | no |
 //! | [`stats`] | counters for `INFO lock` | no |
 //! | [`commands`] | one handler per command: parse → apply → reply | safe API |
-//! | [`ffi`] | all raw C API use: data type callbacks, keys, blocking, events | `unsafe` |
+//! | [`ffi`] | all raw C API use: data type, keys, blocking, events, configs | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock` (owner, count,
 //! fence, lease end) in one allocation; the lease is mirrored as the key's
@@ -30,6 +31,7 @@ pub mod fence;
 pub mod ffi;
 pub mod handoff;
 pub mod lock;
+pub mod quarantine;
 pub mod queue;
 pub mod stats;
 
@@ -43,13 +45,17 @@ mod registration {
 
     use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-    use crate::commands;
     use crate::ffi::{self, datatype::LOCK_TYPE};
+    use crate::{commands, error};
 
     /// Module load: panic hook, commands, INFO section and subscriptions
     /// to server events (the data type is registered by the macro).
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ffi::install_panic_hook();
+        if let Err(why) = ffi::config::register(ctx) {
+            ctx.log_warning(&format!("lock: {why}"));
+            return Status::Err;
+        }
         if register_commands(ctx) == Status::Err {
             return Status::Err;
         }
@@ -75,9 +81,15 @@ mod registration {
                     argc: c_int,
                 ) -> c_int {
                     let context = Context::new(ctx);
-                    // SAFETY: Redis passes `argc` live arguments for the call.
-                    let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
-                    context.reply($handler(&context, &args)) as c_int
+                    let replied = ffi::guard(stringify!($handler), None, || {
+                        // SAFETY: Redis passes `argc` live arguments for the call.
+                        let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
+                        Some(context.reply($handler(&context, &args)) as c_int)
+                    });
+                    // A panic outside the handler's own guard: still one reply.
+                    replied.unwrap_or_else(|| {
+                        context.reply(Err(error::LockError::Internal.into_redis())) as c_int
+                    })
                 }
                 shim as extern "C" fn(_, _, _) -> _
             }};
@@ -88,6 +100,7 @@ mod registration {
             (c"lock.reenter", shim!(commands::reenter), c"write deny-oom"),
             (c"lock.release", shim!(commands::release), c"write"),
             (c"lock.renew", shim!(commands::renew), c"write"),
+            (c"lock.fence", shim!(commands::fence), c"write"),
             (c"lock.info", shim!(commands::info), c"readonly fast"),
             (c"lock.apply", shim!(commands::apply), c"write"),
         ];

@@ -109,6 +109,22 @@ pub fn renew(
     })
 }
 
+/// `LOCK.FENCE`: the hold's fence becomes `max(fence, min_fence)`; count
+/// and lease kept. (The glue also raises the server's fence counter to it,
+/// so every later fence is higher.)
+pub fn fence(
+    current: Option<Lock>,
+    owner: &[u8],
+    min_fence: u64,
+    now_ms: u64,
+) -> Result<Hold, LockError> {
+    let hold = owned(current, owner, now_ms)?;
+    Ok(Hold {
+        fence: hold.fence.max(min_fence),
+        ..hold
+    })
+}
+
 /// The hold, if `owner` has it now; `NOTOWNER` otherwise.
 fn owned(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Result<Hold, LockError> {
     current
@@ -288,6 +304,7 @@ mod tests {
                 "{case}"
             );
             assert_eq!(renew(cur, b"a", 5, NOW), Err(LockError::NotOwner), "{case}");
+            assert_eq!(fence(cur, b"a", 5, NOW), Err(LockError::NotOwner), "{case}");
             assert_eq!(
                 reenter(cur, b"a", None, NOW),
                 Err(LockError::NotOwner),
@@ -302,6 +319,27 @@ mod tests {
             renew(lock("a", 4, NOW + 5), b"a", 60_000, NOW),
             Ok(hold(4, NOW + 60_000))
         );
+    }
+
+    #[test]
+    fn fence_only_ever_raises_the_fence() {
+        // (min-fence, the hold's fence after): count and lease never move.
+        let cur = lock("a", 3, NOW + 5);
+        for (min_fence, want) in [
+            (1, FENCE),
+            (FENCE, FENCE),
+            (FENCE + 1, FENCE + 1),
+            (1 << 50, 1 << 50),
+        ] {
+            assert_eq!(
+                fence(cur, b"a", min_fence, NOW),
+                Ok(Hold {
+                    fence: want,
+                    ..hold(3, NOW + 5)
+                }),
+                "min-fence {min_fence}"
+            );
+        }
     }
 
     #[test]

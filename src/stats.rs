@@ -59,8 +59,8 @@ pub static EXPIRED_HELD: Counter = Counter::new();
 pub static NOTOWNER: Counter = Counter::new();
 
 /// The section's fields in order, as (name, value). `last_fence` comes from
-/// the fence generator.
-pub fn fields(last_fence: u64) -> [(&'static str, i64); 11] {
+/// the fence generator, `quarantine_ms` from the quarantine.
+pub fn fields(last_fence: u64, quarantine_ms: u64) -> [(&'static str, i64); 12] {
     let c = |c: &Counter| i64::try_from(c.get()).unwrap_or(i64::MAX);
     [
         ("held", HELD.get()),
@@ -74,5 +74,9 @@ pub fn fields(last_fence: u64) -> [(&'static str, i64); 11] {
         ("expired_held", c(&EXPIRED_HELD)),
         ("notowner", c(&NOTOWNER)),
         ("last_fence", i64::try_from(last_fence).unwrap_or(i64::MAX)),
+        (
+            "quarantine_ms",
+            i64::try_from(quarantine_ms).unwrap_or(i64::MAX),
+        ),
     ]
 }

@@ -21,6 +21,11 @@ mod cluster;
 /// Every reply of the five commands, fencing, and the decided corner cases.
 #[path = "integration/commands.rs"]
 mod commands;
+/// The module configs `lock.max-ttl` and `lock.quarantine` (issue 11): set
+/// at run time, in redis.conf, on the command line and by `MODULE LOADEX`;
+/// bad values refused; the cap on every `ttl-ms`.
+#[path = "integration/config.rs"]
+mod config;
 /// Bad input (SPEC §9): each error, the order of checks, and that an error
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 #[path = "integration/errors.rs"]
@@ -29,24 +34,57 @@ mod errors;
 /// fences and waiters on the new master.
 #[path = "integration/failover.rs"]
 mod failover;
+/// `LOCK.FENCE` (issue 12): raising a hold's fence and the server's counter,
+/// its errors in order, replication and persistence.
+#[path = "integration/fence.rs"]
+mod fence;
 /// Thousands of random argument vectors: the server answers each and survives.
 #[path = "integration/fuzz.rs"]
 mod fuzz;
+/// A release with waiters hands over inside the command (issue 10): no later
+/// command sees the lock free; release and grant reach the AOF together.
+#[path = "integration/handoff.rs"]
+mod handoff;
 /// The `INFO lock` section: gauges and counters.
 #[path = "integration/info.rs"]
 mod info;
+/// No lock lives forever (issue 10): `PERSIST`, `EXPIRE` past the lease and
+/// `RESTORE` without a TTL are undone; a lock waiting to end costs no CPU.
+#[path = "integration/lease.rs"]
+mod lease;
+/// `MIGRATE` inside `MULTI` or a Lua script with clients waiting (issue 10):
+/// the waiters follow the lock to the target, none is granted on the source.
+#[path = "integration/migrate.rs"]
+mod migrate;
 /// The oversell test: 16 worker processes (`examples/oversell_worker.rs`)
 /// sell a stock of 500 under the lock; not one item more.
 #[path = "integration/oversell.rs"]
 mod oversell;
+/// Writes paused (issue 10): a lease that ends during `CLIENT PAUSE`, a
+/// `FAILOVER` or a `SHUTDOWN` waiting for a replica hands off only after it.
+#[path = "integration/pause.rs"]
+mod pause;
 /// RDB, AOF (with and without the RDB preamble), `DEBUG RELOAD`, `DUMP`/`RESTORE`,
 /// `COPY`, and restarts with persistence off.
 #[path = "integration/persistence.rs"]
 mod persistence;
+/// The quarantine (issue 11): no fresh hold for `lock.max-ttl` ms after a
+/// start or a promotion; a lock lost in a failover or a crash is not given
+/// to a second holder before its lease ends.
+#[path = "integration/quarantine.rs"]
+mod quarantine;
+/// Blocked-client races (issue 10): a hand-off against `CLIENT UNBLOCK` or
+/// `CLIENT KILL` in the same pipeline, with and without I/O threads.
+#[path = "integration/races.rs"]
+mod races;
 /// Master and replica hold the same state; a read-only replica refuses writes;
 /// a promoted replica keeps fences rising.
 #[path = "integration/replication.rs"]
 mod replication;
+/// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
+/// with its locks intact, and none is held forever (issue 10).
+#[path = "integration/upgrade.rs"]
+mod upgrade;
 /// Blocked waiters (`LOCK.ACQUIRE … WAIT`): FIFO hand-off on every way a lock
 /// frees, no barging, timeouts, unblock and disconnect, replication, reloads.
 #[path = "integration/waiting.rs"]

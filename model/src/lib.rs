@@ -10,6 +10,7 @@
 //! | module | what it models |
 //! |---|---|
 //! | [`server`] | one server: commands, waiters, leases, deletes, flushes, pauses |
+//! | [`failover`] | master, lagging replica, failover and restart, with and without the quarantine |
 //! | [`redlock`] | Redlock over 3 servers with crash and restart, with and without the FENCE round |
 //!
 //! [`run`] checks a model and reports what held and what did not, with a
@@ -24,6 +25,7 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
 
 pub use Search::{Bfs, Dfs};
 
+pub mod failover;
 pub mod redlock;
 pub mod server;
 
@@ -91,7 +93,8 @@ pub enum Search {
 
 /// Checks `model` on `threads` threads. `stop_at`: stop as soon as these
 /// properties have a discovery (a test that expects a counterexample needs
-/// no more); `None`: explore everything.
+/// no more), on one thread so that breadth-first finds the shortest trace;
+/// `None`: explore everything.
 pub fn run<M>(
     label: &str,
     model: M,
@@ -105,6 +108,7 @@ where
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let started = Instant::now();
+    let threads = if stop_at.is_some() { 1 } else { threads };
     let mut builder = model.checker().threads(threads);
     if let Some(names) = stop_at {
         builder = builder.finish_when(HasDiscoveries::AnyOf(

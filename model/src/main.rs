@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use redislock_model::{redlock, run, server, Report, Search};
+use redislock_model::{failover, redlock, run, server, Report, Search};
 
 /// One check: its label, and the properties it must violate (a model run
 /// without the protection it is built to show).
@@ -54,6 +54,38 @@ fn checks() -> Vec<Check> {
         }),
         vec![property],
     ));
+    for (max_ttl, fixed) in [
+        (failover::Bounds::full().max_ttl, true),
+        (failover::Bounds::full().max_ttl, false),
+        (0, true),
+    ] {
+        let bounds = failover::Bounds {
+            max_ttl,
+            quarantine_blocks_reentry: fixed,
+            ..failover::Bounds::full()
+        };
+        let property = "two clients never both believe they hold the lock";
+        let name = format!("failover {bounds:?}");
+        let label = name.clone();
+        let (search, stop, expect) = if max_ttl > 0 && fixed {
+            (Search::Dfs, None, vec![])
+        } else {
+            (Search::Bfs, Some(vec![property]), vec![property])
+        };
+        checks.push((
+            name,
+            Box::new(move |threads| {
+                run(
+                    &label,
+                    failover::FailoverModel { bounds },
+                    search,
+                    threads,
+                    stop.as_deref(),
+                )
+            }),
+            expect,
+        ));
+    }
     for (fence_round, bounds) in [
         (true, redlock::Bounds::full()),
         (true, redlock::Bounds::three_clients()),

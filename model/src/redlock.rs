@@ -14,11 +14,8 @@
 //! before its attempt began. With the FENCE round it holds; without it the checker finds
 //! the counterexample (a server of the new majority never saw the old
 //! fence, so its counter is below it).
-//!
-//! `LOCK.FENCE` is not on `main` yet (another branch adds
-//! `lock::fence(current, owner, min_fence, now_ms)`); until it is, the
-//! FENCE step below applies its one-line semantics in the glue, on top of
-//! the core's ownership rule (`lock::renew` decides who owns the lock).
+//! The FENCE step is the core's [`lock::fence`] plus the counter raise
+//! that `commands::fence` does (`fence::observe`).
 
 use std::fmt;
 
@@ -211,25 +208,15 @@ impl State {
         }
     }
 
-    /// The server runs `LOCK.FENCE`: only for the owner (the core's rule,
-    /// as `LOCK.RENEW` checks it), the hold's fence becomes
-    /// `max(fence, min_fence)` and the counter observes it.
+    /// The server runs `LOCK.FENCE` (`commands::fence`): the core decides
+    /// the hold, and the server's counter observes its fence.
     fn fence(&mut self, client: usize, server: usize, min_fence: u64) -> Answer {
-        let now = self.now;
         if !self.servers[server].up {
             return Answer::No;
         }
-        let Some(current) = self.current(server) else {
+        let Ok(hold) = lock::fence(self.current(server), OWNERS[client], min_fence, self.now)
+        else {
             return Answer::No;
-        };
-        // Ownership as every owner-only command decides it; lease unchanged.
-        let ttl_left = current.hold.expires_at.saturating_sub(now);
-        let Ok(hold) = lock::renew(Some(current), OWNERS[client], ttl_left, now) else {
-            return Answer::No;
-        };
-        let hold = Hold {
-            fence: hold.fence.max(min_fence),
-            ..hold
         };
         let s = &mut self.servers[server];
         s.key = Some((client as u8, hold));

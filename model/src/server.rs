@@ -100,7 +100,7 @@ impl Bounds {
             clients: 2,
             locks: 1,
             horizon: 5,
-            ttls: vec![1, 2],
+            ttls: vec![2],
             timeouts: vec![0, 2],
             max_count: 2,
             disconnects: 1,
@@ -456,12 +456,14 @@ impl State {
 
     /// `waiting::serve`: looks at a lock and carries out the engine's decision.
     fn serve(&mut self, lock: usize, in_command: bool) {
-        let gate = if in_command || !self.paused {
-            Gate::Open
-        } else {
+        // Writes paused (a command never runs then), else the quarantine's
+        // gate: this model has no quarantine (model 2 has), so it is open.
+        let gate = if !in_command && self.paused {
             Gate::Closed {
                 retry_in_ms: handoff::PAUSE_RETRY_MS,
             }
+        } else {
+            Gate::Open
         };
         if gate != Gate::Open {
             self.seen.deferred = true;
@@ -583,12 +585,8 @@ impl State {
     /// `waiting::lease_changed`: the holder's lease now ends at `at`.
     fn lease_changed(&mut self, lock: usize, at: u64) {
         if self.engine.has_waiters(&name(lock)) {
-            if let Serve::Wait(timer) =
-                self.engine
-                    .serve(&name(lock), Key::Held { until: at }, self.now, Gate::Open)
-            {
-                self.arm_lease_check(timer);
-            }
+            let timer = self.engine.lease_moved(&name(lock), at, self.now);
+            self.arm_lease_check(timer);
         }
     }
 
@@ -611,7 +609,8 @@ impl State {
         let holder_until = current
             .filter(|held| held.is_live(now))
             .map(|held| held.hold.expires_at);
-        let barging = holder_until.is_none() && self.engine.has_waiters(&name(lock));
+        let free = holder_until.is_none();
+        let barging = free && self.engine.has_waiters(&name(lock));
         let fence = fence::next(self.last_fence, now);
         let decision = if barging {
             Ok(Acquire::Busy)
@@ -641,6 +640,10 @@ impl State {
             Ok(Acquire::Busy) => {
                 if let Some(timeout) = wait {
                     self.park(client, lock, ttl, timeout, holder_until);
+                    if free {
+                        // Free but not grantable now: served when the gate opens.
+                        self.serve(lock, true);
+                    }
                 }
             }
             Err(_) => {}

@@ -10,6 +10,7 @@ use std::alloc::{self, Layout};
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
@@ -29,6 +30,10 @@ pub const ENCODING_VERSION: i32 = 2;
 /// its lease (see [`crate::lock::lease_end`]).
 pub const LEASE_UNKNOWN: u64 = 0;
 
+/// Version 1 values loaded since the last upgrade pass (see
+/// `events::upgrade_v1_locks`).
+pub static V1_LOADED: AtomicU64 = AtomicU64::new(0);
+
 /// What a lock key's value is. Never built on the stack: a value lives in
 /// one allocation made by [`StoredLock::new_raw`], with `owner_len` bytes of
 /// owner right after these fields, and is seen through references to it.
@@ -39,15 +44,21 @@ pub struct StoredLock {
     pub fence: u64,
     /// Lease end, unix ms, or [`LEASE_UNKNOWN`].
     pub lease: u64,
-    owner_len: u32,
+    /// Owners are at most 1024 bytes (`args::MAX_OWNER_LEN`).
+    owner_len: u16,
     /// Where the owner's bytes begin.
     owner: [u8; 0],
 }
 
 impl StoredLock {
-    /// The allocation for an owner of `len` bytes.
+    /// The allocation for an owner of `len` bytes: the owner starts right
+    /// after `owner_len` (offset 26), not after the struct's padding, so a
+    /// `<uuid>:1` owner fits jemalloc's 64-byte class; never smaller than
+    /// the struct, so a reference to it stays inside the allocation.
     fn layout(len: usize) -> Option<Layout> {
-        let size = std::mem::size_of::<StoredLock>().checked_add(len)?;
+        let size = std::mem::offset_of!(StoredLock, owner)
+            .checked_add(len)?
+            .max(std::mem::size_of::<StoredLock>());
         Layout::from_size_align(size, std::mem::align_of::<StoredLock>()).ok()
     }
 
@@ -55,7 +66,7 @@ impl StoredLock {
     /// value is born here and dies in [`StoredLock::free_raw`], which is how
     /// `INFO lock` counts `held`. Null if the owner is too long to store.
     pub fn new_raw(owner: &[u8], count: u64, fence: u64, lease: u64) -> *mut c_void {
-        let (Ok(owner_len), Some(layout)) = (u32::try_from(owner.len()), Self::layout(owner.len()))
+        let (Ok(owner_len), Some(layout)) = (u16::try_from(owner.len()), Self::layout(owner.len()))
         else {
             return ptr::null_mut();
         };
@@ -105,7 +116,7 @@ impl StoredLock {
 
     /// Bytes this value takes, for `MEMORY USAGE`.
     pub fn size(&self) -> usize {
-        std::mem::size_of::<StoredLock>() + self.owner_len as usize
+        Self::layout(self.owner_len as usize).map_or(0, |layout| layout.size())
     }
 
     /// Writes the numbers of `hold` in place (the owner is unchanged).
@@ -185,6 +196,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
     let lease = if encver >= 2 {
         raw::load_unsigned(rdb).ok()?
     } else {
+        V1_LOADED.fetch_add(1, Relaxed);
         LEASE_UNKNOWN
     };
     let owner = owner.as_ref();

@@ -157,6 +157,16 @@ impl<'a> LockKey<'a> {
         self.replicate_apply(owner, hold);
     }
 
+    /// Records `lease` as the stored lease end of the lock here (a version 1
+    /// value adopting its key's TTL); nothing to replicate, as the lease the
+    /// core sees does not change.
+    pub fn adopt_lease(&mut self, lease: u64) {
+        // SAFETY: the key's live value; `&mut self` makes this the only borrow.
+        if let Ok(Some(value)) = self.value_ptr().map(|v| unsafe { v.as_mut() }) {
+            value.lease = lease;
+        }
+    }
+
     /// Sets the key's expiry back to the lease end `at` (something else
     /// changed it) and replicates that as `PEXPIREAT`.
     pub fn restore_expiry(&self, at: u64) {

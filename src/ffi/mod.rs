@@ -5,6 +5,7 @@
 //! line and an error reply instead of a panic unwinding into C (which would
 //! abort the server).
 
+pub mod config;
 pub mod datatype;
 pub mod events;
 pub mod key;
@@ -58,11 +59,13 @@ pub fn register_info(ctx: *mut raw::RedisModuleCtx) {
 
 /// Fills the `INFO lock` section.
 extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
-    // An empty section name makes Redis name the section after the module.
-    raw::add_info_section(ctx, None);
-    for (name, value) in stats::fields(fence::last()) {
-        raw::add_info_field_long_long(ctx, name, value);
-    }
+    guard("info", (), || {
+        // An empty section name makes Redis name the section after the module.
+        raw::add_info_section(ctx, None);
+        for (name, value) in stats::fields(fence::last(), config::quarantine_ms()) {
+            raw::add_info_field_long_long(ctx, name, value);
+        }
+    });
 }
 
 /// A command's arguments as Redis passed them, read in place: no copy and

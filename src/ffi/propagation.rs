@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{raw, Context};
 
+use crate::ffi::{config, guard};
+use crate::quarantine::Cause;
+
 /// Whether effects must be built and sent. Starts true: safe until known.
 static NEEDED: AtomicBool = AtomicBool::new(true);
 
@@ -54,14 +57,23 @@ pub fn watch(ctx: &Context) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// A fork, a replica change or a role change: read the condition again.
+/// A fork, a replica change or a role change: read the condition again. A
+/// replica that becomes a master also starts its quarantine (it may lack
+/// holds its old master granted): one callback, as a module has one per event.
 extern "C" fn on_event(
     ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    _subevent: u64,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
     _data: *mut c_void,
 ) {
-    refresh(ctx);
+    guard("replication event", (), || {
+        refresh(ctx);
+        let promoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
+        if promoted {
+            config::begin_quarantine(Cause::Promotion);
+        }
+    });
 }
 
 /// Recomputes [`needed`]: AOF on, or a master with a backlog or replicas.

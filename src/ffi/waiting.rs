@@ -33,8 +33,8 @@ use std::ptr::{self, NonNull};
 
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
-use crate::ffi::events;
 use crate::ffi::key::LockKey;
+use crate::ffi::{config, events};
 use crate::ffi::{guard, now_ms};
 use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
@@ -240,10 +240,8 @@ pub fn ttl_changed(ctx: *mut raw::RedisModuleCtx, name: LockName) {
 /// The holder's lease of `key` now ends at `at`: check then, if clients wait.
 pub fn lease_changed(ctx: &Context, key: &RedisString, at: u64) {
     if let Some(name) = waiting_on(ctx, key) {
-        let timer = with(|e| e.serve(&name, Key::Held { until: at }, now_ms(), Gate::Open));
-        if let Serve::Wait(timer) = timer {
-            arm_lease_check(ctx.ctx, timer);
-        }
+        let timer = with(|e| e.lease_moved(&name, at, now_ms()));
+        arm_lease_check(ctx.ctx, timer);
     }
 }
 
@@ -284,10 +282,14 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
     if !in_command && not_a_writer(ctx.ctx) {
         return;
     }
-    let gate = if in_command { Gate::Open } else { write_gate() };
+    let gate = match (in_command, write_gate()) {
+        (false, paused @ Gate::Closed { .. }) => paused,
+        _ => config::quarantine_gate(),
+    };
     if gate != Gate::Open {
         // The key is not even opened: during a pause Redis keeps expired
-        // keys, and writing over one aborts the server.
+        // keys, and writing over one aborts the server. (In quarantine a
+        // lock that frees waits for its waiters until the gate opens.)
         if let Serve::Deferred {
             retry_in_ms: Some(delay),
         } = with(|e| e.serve(name, Key::Free, now, gate))
@@ -405,10 +407,8 @@ fn fix_ttl(ctx: &Context, name: &LockName) {
         TtlFix::Restore(at) => {
             key.restore_expiry(at);
             // Waiters check at the lease end, not at the TTL someone set.
-            let timer = with(|e| e.serve(name, Key::Held { until: at }, now_ms(), Gate::Open));
-            if let Serve::Wait(timer) = timer {
-                arm_lease_check(ctx.ctx, timer);
-            }
+            let timer = with(|e| e.lease_moved(name, at, now_ms()));
+            arm_lease_check(ctx.ctx, timer);
         }
         TtlFix::Delete => {
             inline(|| {

@@ -35,7 +35,7 @@ const NODE_TIMEOUT_MS: u64 = 2_000;
 
 /// How long the cluster gets to agree on something (a new node, a new slot
 /// owner, a promotion).
-const CONVERGE: Duration = Duration::from_secs(15);
+pub(super) const CONVERGE: Duration = Duration::from_secs(15);
 
 /// How long a test waits for something that should happen at once.
 const SOON: Duration = Duration::from_secs(5);
@@ -80,21 +80,30 @@ impl NodeView {
 }
 
 /// Six cluster nodes: three masters with one replica each.
-struct Cluster {
-    nodes: Vec<Server>,
+pub(super) struct Cluster {
+    pub(super) nodes: Vec<Server>,
 }
 
 impl Cluster {
     /// Starts six nodes, joins them with `redis-cli --cluster create …
     /// --cluster-replicas 1`, and waits until every node sees all six and
     /// every slot served (`cluster_state:ok`) and every replica is in sync.
-    fn start() -> Cluster {
+    pub(super) fn start() -> Cluster {
+        Cluster::start_with(&[])
+    }
+
+    /// [`Cluster::start`] with these startup configs on every node (e.g.
+    /// `lock.max-ttl`).
+    pub(super) fn start_with(config: &[(&str, &str)]) -> Cluster {
         let nodes: Vec<Server> = (0..6)
             .map(|i| {
-                Server::builder()
+                let mut node = Server::builder()
                     .label(&format!("node{i}"))
-                    .cluster_node(NODE_TIMEOUT_MS)
-                    .start()
+                    .cluster_node(NODE_TIMEOUT_MS);
+                for (name, value) in config {
+                    node = node.config(name, value);
+                }
+                node.start()
             })
             .collect();
         let cluster = Cluster { nodes };
@@ -173,7 +182,7 @@ impl Cluster {
     }
 
     /// The master serving `slot`, in its own view.
-    fn master_of(&self, slot: u16) -> usize {
+    pub(super) fn master_of(&self, slot: u16) -> usize {
         self.masters()
             .into_iter()
             .find(|&i| {
@@ -186,7 +195,7 @@ impl Cluster {
     }
 
     /// The replica of master `master`.
-    fn replica_of(&self, master: usize) -> usize {
+    pub(super) fn replica_of(&self, master: usize) -> usize {
         let id = self.view(master).id;
         self.replicas()
             .into_iter()
@@ -211,7 +220,7 @@ impl Cluster {
     }
 
     /// `CLUSTER KEYSLOT key`, as the server computes it.
-    fn slot(&self, key: &str) -> u16 {
+    pub(super) fn slot(&self, key: &str) -> u16 {
         let slot = self.nodes[0].conn().int(&["CLUSTER", "KEYSLOT", key]);
         u16::try_from(slot).expect("a slot number")
     }
@@ -227,7 +236,7 @@ impl Cluster {
 }
 
 /// One field of `CLUSTER INFO` on `node`.
-fn cluster_info(node: &Server, name: &str) -> String {
+pub(super) fn cluster_info(node: &Server, name: &str) -> String {
     let info: String = node.conn().value(&["CLUSTER", "INFO"]);
     info.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))

@@ -79,6 +79,7 @@ pub const LOCK_INFO_FIELDS: &[&str] = &[
     "lock_expired_held",
     "lock_notowner",
     "lock_last_fence",
+    "lock_quarantine_ms",
 ];
 
 /// A replica of `master`, started and with its link to the master up.
@@ -144,6 +145,8 @@ pub struct ServerBuilder {
     label: String,
     config: Vec<(String, String)>,
     cluster: bool,
+    load_module: bool,
+    config_file: Option<String>,
 }
 
 impl ServerBuilder {
@@ -186,6 +189,21 @@ impl ServerBuilder {
             .config("cluster-node-timeout", node_timeout_ms)
     }
 
+    /// Starts without `--loadmodule`: the test loads the module itself
+    /// (`MODULE LOAD`/`LOADEX`, or a `loadmodule` line in its config file).
+    pub fn without_module(mut self) -> Self {
+        self.load_module = false;
+        self
+    }
+
+    /// Starts from a config file with this text (`redis.conf` in the
+    /// server's dir, its path first on the command line). The `--name value`
+    /// arguments follow it, so the server reads them after the file.
+    pub fn config_file(mut self, text: &str) -> Self {
+        self.config_file = Some(text.to_string());
+        self
+    }
+
     /// Starts the server and waits until it answers `PING`.
     pub fn start(self) -> Server {
         let module = module_path();
@@ -208,11 +226,17 @@ impl ServerBuilder {
             fs::remove_dir_all(&dir).expect("remove a stale test dir");
         }
         fs::create_dir_all(&dir).expect("create the test dir");
+        let config_file = self.config_file.map(|text| {
+            let path = dir.join("redis.conf");
+            fs::write(&path, text).expect("write the config file");
+            path
+        });
         let mut server = Server {
             label: self.label,
             port: 0,
             dir,
-            module,
+            module: self.load_module.then_some(module),
+            config_file,
             config: self.config,
             child: None,
         };
@@ -271,7 +295,10 @@ pub struct Server {
     label: String,
     port: u16,
     dir: PathBuf,
-    module: PathBuf,
+    /// `None`: started without `--loadmodule`.
+    module: Option<PathBuf>,
+    /// A config file the server reads before its `--name value` arguments.
+    config_file: Option<PathBuf>,
     config: Vec<(String, String)>,
     child: Option<Child>,
 }
@@ -288,6 +315,8 @@ impl Server {
             label: "server".into(),
             config: Vec::new(),
             cluster: false,
+            load_module: true,
+            config_file: None,
         }
     }
 
@@ -319,10 +348,18 @@ impl Server {
             ("save", String::new()),
             // A full sync to a replica starts at once instead of after 5 s.
             ("repl-diskless-sync-delay", "0".into()),
-            ("loadmodule", self.module.display().to_string()),
         ];
-        let mut args = Vec::new();
-        for (name, value) in defaults {
+        let module = self
+            .module
+            .iter()
+            .map(|path| ("loadmodule", path.display().to_string()));
+        // The config file's path comes first, or the server takes none.
+        let mut args: Vec<String> = self
+            .config_file
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect();
+        for (name, value) in defaults.into_iter().chain(module) {
             if !self.config.iter().any(|(n, _)| n == name) {
                 // One word each, even a path with spaces in it.
                 args.extend([format!("--{name}"), value]);
@@ -471,6 +508,34 @@ impl Server {
     pub fn crash_restart(&mut self) {
         self.stop(Stop::Kill);
         self.start_again();
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `SIGSTOP`: the process freezes with its connections open, as a
+    /// replica that stops acknowledging would. [`Server::resume`] undoes it;
+    /// drop's `SIGKILL` ends a stopped process too.
+    pub fn suspend(&self) {
+        self.signal("STOP");
+    }
+
+    /// `SIGCONT`: a [`Server::suspend`]ed process runs on.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self
+            .pid()
+            .unwrap_or_else(|| panic!("{} is not running", self.label));
+        let status = Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run kill -{name}: {e}"));
+        assert!(status.success(), "kill -{name} {pid} failed: {status}");
     }
 
     /// Whether the process is still running (it has not crashed).
@@ -790,6 +855,21 @@ pub fn wait_on<C: Call + Send + 'static>(
 ) -> JoinHandle<Reply> {
     let args = wait_args(key, owner, ttl_ms, timeout_ms);
     thread::spawn(move || conn.call(&args))
+}
+
+/// [`wait_on`], and when the reply arrived: for tests that time a hand-off.
+pub fn wait_on_timed<C: Call + Send + 'static>(
+    mut conn: C,
+    key: &str,
+    owner: &str,
+    ttl_ms: i64,
+    timeout_ms: i64,
+) -> JoinHandle<(Reply, Instant)> {
+    let args = wait_args(key, owner, ttl_ms, timeout_ms);
+    thread::spawn(move || {
+        let reply = conn.call(&args);
+        (reply, Instant::now())
+    })
 }
 
 /// The arguments of `LOCK.ACQUIRE key owner ttl-ms WAIT timeout-ms`.

@@ -1,0 +1,288 @@
+//! The blocking API: the same shape as the async one, for code without an
+//! async runtime.
+//!
+//! Each blocking client owns a small tokio runtime (one worker thread) on
+//! which its watchdogs and background releases run, so a guard keeps its
+//! lease while the calling thread is busy. Calls block the calling thread;
+//! do not call them from inside an async runtime (use the async API there).
+//! When the last handle (client or guard) goes, the runtime first waits, up
+//! to 2 s, for releases still in flight, then its thread ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::client::Client as AsyncClient;
+use crate::conn::Conn;
+use crate::error::{Error, LossReason};
+use crate::guard::{Guard as AsyncGuard, LossSignal};
+use crate::options::LockOptions;
+use crate::redlock::{Redlock as AsyncRedlock, RedlockOptions};
+
+/// How long dropping the last handle waits for background releases.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The runtime of a blocking client and the tasks it must finish.
+#[derive(Debug)]
+struct Background {
+    runtime: Runtime,
+    tasks: TaskTracker,
+}
+
+impl Background {
+    fn start() -> Result<Arc<Background>, Error> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("redislock-client")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Transport(e.into()))?;
+        Ok(Arc::new(Background {
+            runtime,
+            tasks: TaskTracker::new(),
+        }))
+    }
+
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+}
+
+impl Drop for Background {
+    /// Lets releases handed over by dropped guards finish; the runtime
+    /// (dropped next) then stops its thread.
+    fn drop(&mut self) {
+        self.tasks.close();
+        let tasks = self.tasks.clone();
+        self.runtime.block_on(async {
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, tasks.wait()).await;
+        });
+    }
+}
+
+/// Blocking client for one server or one Redis Cluster; see
+/// [`crate::Client`] for each method.
+///
+/// ```no_run
+/// use redislock_client::{blocking::Client, LockOptions};
+/// let client = Client::open("redis://127.0.0.1:6379/")?;
+/// let mut guard = client.lock("orders:42", &LockOptions::default())?;
+/// // ... write to the resource with guard.fence() ...
+/// guard.release()?;
+/// # Ok::<(), redislock_client::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: AsyncClient,
+    bg: Arc<Background>,
+}
+
+impl Client {
+    pub fn open(info: impl IntoConnectionInfo) -> Result<Client, Error> {
+        let bg = Background::start()?;
+        let conn = Conn::single(info, Duration::from_secs(2), Duration::from_secs(2))?;
+        Ok(Client {
+            inner: AsyncClient::with_conn(conn, bg.tasks.clone()),
+            bg,
+        })
+    }
+
+    pub fn cluster<I: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = I>,
+    ) -> Result<Client, Error> {
+        let bg = Background::start()?;
+        let conn = Conn::cluster(nodes, Duration::from_secs(2), Duration::from_secs(2))?;
+        Ok(Client {
+            inner: AsyncClient::with_conn(conn, bg.tasks.clone()),
+            bg,
+        })
+    }
+
+    /// Takes the lock if free; [`Error::WouldBlock`] if not.
+    pub fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.bg.block_on(self.inner.try_lock(key, opts))?;
+        Ok(self.wrap(guard))
+    }
+
+    /// Waits for the lock up to the options' wait; [`Error::TimedOut`] then.
+    /// If the server's answer does not come within the wait plus a margin,
+    /// the client gives up, closes the wait's connection and releases what
+    /// may have been granted.
+    pub fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.bg.block_on(self.inner.lock(key, opts))?;
+        Ok(self.wrap(guard))
+    }
+
+    /// Runs `f` under the lock, then releases it. `f` gets the loss signal
+    /// (poll [`LossSignal::is_lost`]); if the lock was lost meanwhile, the
+    /// result is [`Error::Lost`].
+    pub fn with_lock<T>(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        f: impl FnOnce(&LossSignal) -> T,
+    ) -> Result<T, Error> {
+        let guard = self.lock(key, opts)?;
+        run_with(guard, f)
+    }
+
+    /// Watchdogs and background releases alive now. For tests.
+    #[doc(hidden)]
+    pub fn background_tasks(&self) -> usize {
+        self.bg.tasks.len()
+    }
+
+    fn wrap(&self, guard: AsyncGuard) -> Guard {
+        Guard {
+            inner: guard,
+            bg: self.bg.clone(),
+        }
+    }
+}
+
+/// Blocking Redlock over N independent servers; see [`crate::Redlock`].
+#[derive(Clone)]
+pub struct Redlock {
+    inner: AsyncRedlock,
+    bg: Arc<Background>,
+}
+
+impl Redlock {
+    pub fn new<I: IntoConnectionInfo>(
+        servers: impl IntoIterator<Item = I>,
+    ) -> Result<Redlock, Error> {
+        Redlock::with_options(servers, RedlockOptions::default())
+    }
+
+    pub fn with_options<I: IntoConnectionInfo>(
+        servers: impl IntoIterator<Item = I>,
+        options: RedlockOptions,
+    ) -> Result<Redlock, Error> {
+        let bg = Background::start()?;
+        let inner = AsyncRedlock::build(servers, options, bg.tasks.clone())?;
+        Ok(Redlock { inner, bg })
+    }
+
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum()
+    }
+
+    /// One round; [`Error::NoQuorum`] if no majority granted in time.
+    pub fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.bg.block_on(self.inner.try_lock(key, opts))?;
+        Ok(self.wrap(guard))
+    }
+
+    /// Rounds until granted or the wait ends ([`Error::TimedOut`]).
+    pub fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.bg.block_on(self.inner.lock(key, opts))?;
+        Ok(self.wrap(guard))
+    }
+
+    /// Runs `f` under the lock, then releases it; see [`Client::with_lock`].
+    pub fn with_lock<T>(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        f: impl FnOnce(&LossSignal) -> T,
+    ) -> Result<T, Error> {
+        let guard = self.lock(key, opts)?;
+        run_with(guard, f)
+    }
+
+    #[doc(hidden)]
+    pub fn background_tasks(&self) -> usize {
+        self.bg.tasks.len()
+    }
+
+    fn wrap(&self, guard: AsyncGuard) -> Guard {
+        Guard {
+            inner: guard,
+            bg: self.bg.clone(),
+        }
+    }
+}
+
+fn run_with<T>(guard: Guard, f: impl FnOnce(&LossSignal) -> T) -> Result<T, Error> {
+    let loss = guard.loss();
+    let out = f(&loss);
+    let released = guard.release_all();
+    match loss.reason() {
+        Some(reason) => Err(Error::Lost(reason)),
+        None => released.map(|()| out),
+    }
+}
+
+/// A lock held through a blocking client; see [`crate::Guard`]. Dropping it
+/// releases the lock in the background, without blocking.
+#[derive(Debug)]
+pub struct Guard {
+    // Declared first, so it drops first: its release is handed to the
+    // runtime before the runtime's last handle (below) can go.
+    inner: AsyncGuard,
+    bg: Arc<Background>,
+}
+
+impl Guard {
+    pub fn key(&self) -> &str {
+        self.inner.key()
+    }
+
+    pub fn fence(&self) -> u64 {
+        self.inner.fence()
+    }
+
+    pub fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+
+    /// Until when the lease is surely valid here (monotonic clock).
+    pub fn deadline(&self) -> std::time::Instant {
+        self.inner.deadline()
+    }
+
+    pub fn count(&self) -> u64 {
+        self.inner.count()
+    }
+
+    pub fn loss(&self) -> LossSignal {
+        self.inner.loss()
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    /// Blocks until the lock is lost or `limit` passes; the reason if lost.
+    pub fn wait_lost(&self, limit: Duration) -> Option<LossReason> {
+        let loss = self.loss();
+        let token: CancellationToken = loss.token();
+        self.bg.block_on(async {
+            let _ = tokio::time::timeout(limit, token.cancelled()).await;
+        });
+        loss.reason()
+    }
+
+    pub fn renew(&mut self) -> Result<(), Error> {
+        self.bg.block_on(self.inner.renew())
+    }
+
+    pub fn reenter(&mut self) -> Result<u64, Error> {
+        self.bg.block_on(self.inner.reenter())
+    }
+
+    /// Releases one hold; the remaining count (0: free).
+    pub fn release(&mut self) -> Result<u64, Error> {
+        self.bg.block_on(self.inner.release())
+    }
+
+    /// Releases every hold now.
+    pub fn release_all(self) -> Result<(), Error> {
+        let Guard { inner, bg } = self;
+        bg.block_on(inner.release_all())
+    }
+}

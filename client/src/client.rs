@@ -1,0 +1,271 @@
+//! The async client for one server or one Redis Cluster.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::conn::{self, Conn};
+use crate::error::Error;
+use crate::guard::{Backend, BoxFuture, Context, Guard};
+use crate::options::{deadline, LockOptions};
+
+/// How long one reply may take on the shared connection.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Past the server's own `WAIT` timeout, how long the client still waits
+/// for its answer before it gives up on its own.
+const WAIT_MARGIN: Duration = Duration::from_secs(2);
+
+/// Owner tokens: a random 128-bit id per client, and a counter per lock call,
+/// as `<32 hex digits>:<n>`, so no two lock calls share an owner.
+pub(crate) struct Owners {
+    id: String,
+    next: AtomicU64,
+}
+
+impl Owners {
+    pub(crate) fn new() -> Owners {
+        Owners {
+            id: format!("{:032x}", rand::random::<u128>()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn next(&self) -> String {
+        format!("{}:{}", self.id, self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// The async client (tokio) for one server or one Redis Cluster. Cheap to
+/// clone; clones share connections.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redislock_client::Error> {
+/// use redislock_client::{Client, LockOptions};
+/// let client = Client::open("redis://127.0.0.1:6379/")?;
+/// let guard = client.lock("orders:42", &LockOptions::default()).await?;
+/// println!("fence {}", guard.fence());
+/// drop(guard); // released in the background
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    server: Arc<Server>,
+    owners: Owners,
+    tasks: TaskTracker,
+}
+
+/// One server or cluster as a [`Backend`].
+struct Server {
+    conn: Conn,
+}
+
+impl Client {
+    /// A client for one server (`redis://host:port/db`). Connects lazily.
+    pub fn open(info: impl IntoConnectionInfo) -> Result<Client, Error> {
+        let conn = Conn::single(info, RESPONSE_TIMEOUT, CONNECT_TIMEOUT)?;
+        Ok(Client::with_conn(conn, TaskTracker::new()))
+    }
+
+    /// A client for a Redis Cluster, given some of its nodes. Each command
+    /// goes to the node serving its key.
+    pub fn cluster<I: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = I>,
+    ) -> Result<Client, Error> {
+        let conn = Conn::cluster(nodes, RESPONSE_TIMEOUT, CONNECT_TIMEOUT)?;
+        Ok(Client::with_conn(conn, TaskTracker::new()))
+    }
+
+    pub(crate) fn with_conn(conn: Conn, tasks: TaskTracker) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                server: Arc::new(Server { conn }),
+                owners: Owners::new(),
+                tasks,
+            }),
+        }
+    }
+
+    /// Takes the lock if it is free, at once; [`Error::WouldBlock`] if not.
+    pub async fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let ttl_ms = opts.ttl_ms()?;
+        let owner = self.inner.owners.next();
+        let sent = Instant::now();
+        let fence: Option<u64> = self
+            .inner
+            .server
+            .conn
+            .query(&conn::acquire(key, &owner, ttl_ms, None))
+            .await?;
+        match fence {
+            Some(fence) => Ok(self.guard(key, owner, fence, opts, deadline(sent, opts.ttl()))),
+            None => Err(Error::WouldBlock),
+        }
+    }
+
+    /// Takes the lock, waiting for it up to the options' wait (the server
+    /// queues waiters first come, first served); [`Error::TimedOut`] if the
+    /// wait ends first.
+    ///
+    /// The wait runs on a connection of its own. Cancelling it (dropping the
+    /// future) closes that connection, so the server drops the waiter, and
+    /// sends `LOCK.RELEASE` for a grant that may have crossed the cancel.
+    pub async fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let ttl_ms = opts.ttl_ms()?;
+        let wait_ms = opts.wait_ms()?;
+        let owner = self.inner.owners.next();
+        let limit = opts.wait_limit().map(|wait| wait + WAIT_MARGIN);
+        let mut link = self.inner.server.conn.dedicated(limit).await?;
+        // Armed until a reply is in hand: dropping this future, or giving up
+        // on the server's answer, releases what may have been granted.
+        let mut cancel = CancelGuard {
+            client: Some(self.clone()),
+            key,
+            owner: &owner,
+        };
+        let sent = Instant::now();
+        let reply = link
+            .query::<Option<u64>>(&conn::acquire(key, &owner, ttl_ms, Some(wait_ms)))
+            .await;
+        drop(link);
+        let fence = match reply {
+            Ok(Some(fence)) => fence,
+            Ok(None) => {
+                cancel.disarm();
+                return Err(Error::TimedOut);
+            }
+            Err(err) if err.is_timeout() => return Err(Error::TimedOut),
+            Err(err) => return Err(Error::from_redis(err)),
+        };
+        cancel.disarm();
+        // The grant came somewhere between the send and now; its lease ends
+        // at least `ttl` after the send. After a long wait, renew at once
+        // to know the deadline closely.
+        let mut guard = self.guard(key, owner.clone(), fence, opts, deadline(sent, opts.ttl()));
+        if sent.elapsed() > opts.ttl() / 3 {
+            guard.renew().await?;
+        }
+        Ok(guard)
+    }
+
+    /// Runs `f` under the lock (taken with [`Client::lock`]) and releases it
+    /// after. `f` gets a token that is cancelled if the lock is lost; if it
+    /// was, the result is [`Error::Lost`] whatever `f` returned.
+    pub async fn with_lock<T, F, Fut>(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(key, opts).await?;
+        let loss = guard.loss();
+        let out = f(loss.token()).await;
+        let released = guard.release_all().await;
+        match loss.reason() {
+            Some(reason) => Err(Error::Lost(reason)),
+            None => released.map(|()| out),
+        }
+    }
+
+    fn guard(
+        &self,
+        key: &str,
+        owner: String,
+        fence: u64,
+        opts: &LockOptions,
+        deadline: Instant,
+    ) -> Guard {
+        let ctx = Context {
+            backend: self.inner.server.clone(),
+            tasks: self.inner.tasks.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        };
+        // ttl_ms was checked by the caller.
+        let ttl_ms = opts.ttl_ms().unwrap_or(1);
+        Guard::start(
+            ctx,
+            key.to_string(),
+            owner,
+            fence,
+            opts.ttl(),
+            ttl_ms,
+            deadline,
+            opts.has_watchdog(),
+        )
+    }
+
+    /// Background tasks alive now (watchdogs, releases after a drop): 0
+    /// once every guard is released. For tests.
+    #[doc(hidden)]
+    pub fn background_tasks(&self) -> usize {
+        self.inner.tasks.len()
+    }
+
+    /// Sends `LOCK.RELEASE key owner ALL` in the background.
+    fn release_later(&self, key: String, owner: String) {
+        let server = self.inner.server.clone();
+        let job = async move {
+            let _ = server
+                .conn
+                .query::<u64>(&conn::release(&key, &owner, true))
+                .await;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.inner.tasks.spawn_on(job, &runtime);
+        }
+    }
+}
+
+/// Releases a lock that a cancelled wait may have been granted.
+struct CancelGuard<'a> {
+    client: Option<Client>,
+    key: &'a str,
+    owner: &'a str,
+}
+
+impl CancelGuard<'_> {
+    fn disarm(&mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            client.release_later(self.key.to_string(), self.owner.to_string());
+        }
+    }
+}
+
+impl Backend for Server {
+    fn renew<'a>(&'a self, key: &'a str, owner: &'a str, ttl_ms: u64) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.conn
+                .query::<i64>(&conn::renew(key, owner, ttl_ms))
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn reenter<'a>(&'a self, key: &'a str, owner: &'a str, ttl_ms: u64) -> BoxFuture<'a, u64> {
+        Box::pin(async move { self.conn.query(&conn::reenter(key, owner, ttl_ms)).await })
+    }
+
+    fn release<'a>(&'a self, key: &'a str, owner: &'a str, all: bool) -> BoxFuture<'a, u64> {
+        Box::pin(async move { self.conn.query(&conn::release(key, owner, all)).await })
+    }
+}

@@ -1,0 +1,185 @@
+//! Connections: one shared, multiplexed link per server (or per cluster),
+//! opened lazily and opened again after it broke; and links of their own for
+//! commands that park on the server (`LOCK.ACQUIRE … WAIT`).
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo};
+use tokio::sync::Mutex;
+
+use crate::error::Error;
+
+/// Where the lock commands go.
+#[derive(Clone)]
+enum Target {
+    Single(Box<redis::Client>),
+    Cluster(Vec<ConnectionInfo>),
+}
+
+/// A live link to a server or a cluster; cheap to clone (multiplexed).
+#[derive(Clone)]
+pub(crate) enum Link {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Link {
+    pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self {
+            Link::Single(conn) => cmd.query_async(conn).await,
+            Link::Cluster(conn) => cmd.query_async(conn).await,
+        }
+    }
+}
+
+/// A server (or cluster) and its shared link.
+pub(crate) struct Conn {
+    target: Target,
+    /// How long one reply may take on the shared link.
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    shared: Mutex<Option<Link>>,
+}
+
+impl Conn {
+    pub(crate) fn single(
+        info: impl IntoConnectionInfo,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Conn, Error> {
+        Ok(Conn::new(
+            Target::Single(Box::new(redis::Client::open(info)?)),
+            response_timeout,
+            connect_timeout,
+        ))
+    }
+
+    pub(crate) fn cluster<I: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = I>,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Conn, Error> {
+        let nodes = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()?;
+        if nodes.is_empty() {
+            return Err(Error::InvalidOptions("a cluster needs at least one node"));
+        }
+        Ok(Conn::new(
+            Target::Cluster(nodes),
+            response_timeout,
+            connect_timeout,
+        ))
+    }
+
+    fn new(target: Target, response_timeout: Duration, connect_timeout: Duration) -> Conn {
+        Conn {
+            target,
+            response_timeout,
+            connect_timeout,
+            shared: Mutex::new(None),
+        }
+    }
+
+    /// Sends `cmd` on the shared link. A link that broke is forgotten, so
+    /// the next call opens a new one (a server restarted, `CLIENT KILL`).
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
+        let mut link = self.shared_link().await?;
+        let reply = link.query(cmd).await;
+        if let Err(err) = &reply {
+            if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+                *self.shared.lock().await = None;
+            }
+        }
+        reply.map_err(Error::from_redis)
+    }
+
+    async fn shared_link(&self) -> Result<Link, Error> {
+        let mut shared = self.shared.lock().await;
+        if let Some(link) = shared.as_ref() {
+            return Ok(link.clone());
+        }
+        let link = self.open(Some(self.response_timeout)).await?;
+        *shared = Some(link.clone());
+        Ok(link)
+    }
+
+    /// A new link of its own, closed when dropped, whose replies may take
+    /// up to `response_timeout` (`None`: forever). A parked command blocks
+    /// whatever is pipelined behind it on its link, so waits never share.
+    pub(crate) async fn dedicated(
+        &self,
+        response_timeout: Option<Duration>,
+    ) -> Result<Link, Error> {
+        self.open(response_timeout).await
+    }
+
+    async fn open(&self, response_timeout: Option<Duration>) -> Result<Link, Error> {
+        match &self.target {
+            Target::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(response_timeout);
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(Link::Single(conn))
+            }
+            Target::Cluster(nodes) => {
+                // The cluster client wants a bound: a very long one stands
+                // for "forever".
+                let timeout = response_timeout.unwrap_or(Duration::from_secs(30 * 24 * 3600));
+                let client = ClusterClient::builder(nodes.clone())
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(timeout)
+                    .build()?;
+                Ok(Link::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+}
+
+/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+pub(crate) fn acquire(key: &str, owner: &str, ttl_ms: u64, wait_ms: Option<u64>) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(ttl_ms);
+    if let Some(wait) = wait_ms {
+        cmd.arg("WAIT").arg(wait);
+    }
+    cmd
+}
+
+/// `LOCK.RENEW key owner ttl-ms`
+pub(crate) fn renew(key: &str, owner: &str, ttl_ms: u64) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.RENEW");
+    cmd.arg(key).arg(owner).arg(ttl_ms);
+    cmd
+}
+
+/// `LOCK.REENTER key owner ttl-ms`
+pub(crate) fn reenter(key: &str, owner: &str, ttl_ms: u64) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.REENTER");
+    cmd.arg(key).arg(owner).arg(ttl_ms);
+    cmd
+}
+
+/// `LOCK.RELEASE key owner [ALL]`
+pub(crate) fn release(key: &str, owner: &str, all: bool) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.RELEASE");
+    cmd.arg(key).arg(owner);
+    if all {
+        cmd.arg("ALL");
+    }
+    cmd
+}
+
+/// `LOCK.FENCE key owner min-fence`
+pub(crate) fn fence(key: &str, owner: &str, min_fence: u64) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.FENCE");
+    cmd.arg(key).arg(owner).arg(min_fence);
+    cmd
+}

@@ -1,0 +1,109 @@
+//! The one error type of the client, and why a held lock can be lost.
+
+use std::fmt;
+
+/// Why a lock call failed. Every method of the crate returns this.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// `try_lock`: another owner holds the lock right now.
+    WouldBlock,
+    /// `lock`: the wait ended before the lock was granted.
+    TimedOut,
+    /// The server says this owner does not hold the lock (released, or its
+    /// lease ended): `-NOTOWNER`.
+    NotOwner,
+    /// The lock was lost while held; the reason says how. Returned by
+    /// `with_lock` when the loss happened while its closure ran.
+    Lost(LossReason),
+    /// Redlock: fewer servers than a majority granted (or confirmed) the lock
+    /// within its validity.
+    NoQuorum {
+        /// Servers that answered yes.
+        granted: usize,
+        /// The majority needed: N / 2 + 1.
+        needed: usize,
+    },
+    /// The server does not know the `LOCK.*` commands: load the module
+    /// (`loadmodule /path/to/libredislock.so` or `MODULE LOAD`).
+    ModuleMissing,
+    /// Options the client refuses before sending anything (a zero ttl, an
+    /// even number of Redlock servers, …).
+    InvalidOptions(&'static str),
+    /// Anything else from the connection or the server: I/O, timeouts,
+    /// cluster redirections that did not settle, unexpected error replies.
+    Transport(redis::RedisError),
+}
+
+/// How a held lock was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// A renew was answered `-NOTOWNER` (Redlock: by so many servers that
+    /// no majority can confirm the lock any more).
+    NotOwner,
+    /// The local lease deadline passed without a renew confirming the lock
+    /// (server unreachable or paused, or the watchdog is off).
+    Expired,
+}
+
+impl Error {
+    /// Sorts a `redis` error into the variants callers act on.
+    pub(crate) fn from_redis(err: redis::RedisError) -> Error {
+        match err.code() {
+            Some("NOTOWNER") => Error::NotOwner,
+            Some("ERR")
+                if err
+                    .detail()
+                    .is_some_and(|d| d.starts_with("unknown command") && d.contains("LOCK.")) =>
+            {
+                Error::ModuleMissing
+            }
+            _ => Error::Transport(err),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::WouldBlock => write!(f, "the lock is held by another owner"),
+            Error::TimedOut => write!(f, "timed out waiting for the lock"),
+            Error::NotOwner => write!(f, "the lock is not held by this owner"),
+            Error::Lost(LossReason::NotOwner) => {
+                write!(
+                    f,
+                    "the lock was lost: the server no longer lists this owner"
+                )
+            }
+            Error::Lost(LossReason::Expired) => {
+                write!(f, "the lock was lost: its lease ran out before a renew")
+            }
+            Error::NoQuorum { granted, needed } => write!(
+                f,
+                "no Redlock majority: {granted} server(s) agreed, {needed} needed"
+            ),
+            Error::ModuleMissing => write!(
+                f,
+                "the server does not know LOCK.* commands: load the redislock module \
+                 (loadmodule /path/to/libredislock.so)"
+            ),
+            Error::InvalidOptions(why) => write!(f, "invalid options: {why}"),
+            Error::Transport(err) => write!(f, "redis: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Transport(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Error {
+        Error::from_redis(err)
+    }
+}

@@ -1,0 +1,24 @@
+//! The client against real servers (`redis-server` or `valkey-server` with
+//! the module): one binary, one `mod` per area, each test with servers of its
+//! own. Build the module first (`cargo build --release` at the root).
+
+#[allow(dead_code)]
+#[path = "client/harness.rs"]
+mod harness;
+
+/// A Redis Cluster of three masters: guards, watchdog, waits and drops
+/// routed by key.
+#[path = "client/cluster.rs"]
+mod cluster;
+/// The examples in `examples/`, run as processes.
+#[path = "client/examples.rs"]
+mod examples;
+/// Redlock over 3 and 5 servers: quorum, renew and loss, fences that rise
+/// (and fall without the fence round), and a fenced store hammered while
+/// servers are killed, restarted and paused.
+#[path = "client/redlock.rs"]
+mod redlock;
+/// One server: guard, watchdog, waits and their cancellation, drops,
+/// `with_lock`, the blocking API.
+#[path = "client/single.rs"]
+mod single;

@@ -1,0 +1,327 @@
+//! One server: the guard, the watchdog (renews, connection killed, server
+//! paused past the lease, `NOTOWNER`), cancelling a wait, dropping guards in
+//! async code, `with_lock`, and the blocking API.
+
+use std::time::Duration;
+
+use redislock_client::{blocking, Client, Error, LockOptions, LossReason};
+
+use crate::harness::{wait_until, Server};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Waits until the client has no watchdog or release task left.
+async fn no_tasks_left(client: &Client) {
+    for _ in 0..1000 {
+        if client.background_tasks() == 0 {
+            return;
+        }
+        tokio::time::sleep(ms(2)).await;
+    }
+    panic!("{} background task(s) left", client.background_tasks());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_reports_fence_owner_and_counts_holds() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let mut guard = client.try_lock("k", &opts).await.unwrap();
+    let (owner, fence, _) = server.lock_info("k").expect("held");
+    assert_eq!(owner, guard.owner());
+    assert_eq!(fence as u64, guard.fence());
+    assert!(guard.deadline() > std::time::Instant::now() + Duration::from_secs(29));
+
+    let other = client.try_lock("k", &opts).await;
+    assert!(matches!(other, Err(Error::WouldBlock)), "{other:?}");
+
+    assert_eq!(guard.reenter().await.unwrap(), 2);
+    assert_eq!(guard.release().await.unwrap(), 1);
+    assert!(server.lock_info("k").is_some(), "one hold left");
+    assert_eq!(guard.release().await.unwrap(), 0);
+    assert_eq!(server.lock_info("k"), None);
+    assert!(matches!(guard.release().await, Err(Error::NotOwner)));
+    drop(guard);
+    no_tasks_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_module_is_named_as_such() {
+    let server = Server::builder().without_module().start();
+    let client = Client::open(server.url()).unwrap();
+    let err = client.try_lock("k", &LockOptions::default()).await.err();
+    assert!(matches!(err, Some(Error::ModuleMissing)), "{err:?}");
+    let text = err.map(|e| e.to_string()).unwrap_or_default();
+    assert!(text.contains("load the redislock module"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_renews_and_stops_before_the_release() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let mut guard = client
+        .try_lock("k", &LockOptions::new(ms(300)))
+        .await
+        .unwrap();
+    // Five leases long: held only if renewed.
+    tokio::time::sleep(ms(1500)).await;
+    assert!(!guard.is_lost());
+    assert_eq!(
+        server.lock_info("k").map(|i| i.0),
+        Some(guard.owner().to_string())
+    );
+    let renews = server.calls("lock.renew");
+    assert!(renews >= 3, "only {renews} renews in 5 leases");
+
+    assert_eq!(guard.release().await.unwrap(), 0);
+    let after_release = server.calls("lock.renew");
+    tokio::time::sleep(ms(400)).await;
+    assert_eq!(
+        server.calls("lock.renew"),
+        after_release,
+        "a renew after the release"
+    );
+    no_tasks_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_survives_a_killed_connection() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let guard = client
+        .try_lock("k", &LockOptions::new(ms(600)))
+        .await
+        .unwrap();
+    let renews = server.calls("lock.renew");
+    for _ in 0..3 {
+        // Every client but the one that sends the kill.
+        let killed: i64 = server.q(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert!(killed >= 1, "the client's connection was not there");
+        tokio::time::sleep(ms(300)).await;
+    }
+    // The watchdog reconnected and kept renewing past the first lease.
+    assert!(!guard.is_lost(), "lost: {:?}", guard.loss().reason());
+    assert!(server.calls("lock.renew") > renews);
+    assert_eq!(
+        server.lock_info("k").map(|i| i.0),
+        Some(guard.owner().to_string())
+    );
+    drop(guard);
+    wait_until("the dropped guard is released", SECOND * 5, || {
+        server.lock_info("k").is_none()
+    });
+    no_tasks_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_fires_when_the_server_is_paused_past_the_lease() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let guard = client
+        .try_lock("k", &LockOptions::new(ms(400)))
+        .await
+        .unwrap();
+    let loss = guard.loss();
+    let deadline = guard.deadline();
+    let _: () = server.q(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let reason = tokio::time::timeout(SECOND, loss.lost())
+        .await
+        .expect("loss signalled");
+    assert_eq!(reason, LossReason::Expired);
+    // Not before the local deadline the last renew gave.
+    assert!(std::time::Instant::now() >= deadline);
+    assert!(guard.is_lost());
+    let _: () = server.q(&["CLIENT", "UNPAUSE"]);
+    drop(guard);
+    no_tasks_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notowner_on_renew_is_a_loss_at_once() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let guard = client
+        .try_lock("k", &LockOptions::new(ms(300)))
+        .await
+        .unwrap();
+    // An operator forces the lock free.
+    let _: i64 = server.q(&["DEL", "k"]);
+    let reason = tokio::time::timeout(SECOND, guard.loss().lost())
+        .await
+        .expect("loss");
+    assert_eq!(reason, LossReason::NotOwner);
+    drop(guard);
+    no_tasks_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_first_come_first_served() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
+    let first = client.lock("k", &opts).await.unwrap();
+    let waiter = {
+        let client = client.clone();
+        let opts = opts.clone();
+        tokio::spawn(async move { client.lock("k", &opts).await })
+    };
+    wait_until("one waiter", SECOND * 5, || {
+        server.lock_info("k").map(|i| i.2) == Some(1)
+    });
+    let fence = first.fence();
+    drop(first);
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second.fence() > fence);
+    assert_eq!(
+        server.lock_info("k").map(|i| i.0),
+        Some(second.owner().to_string())
+    );
+
+    // A wait that times out on the server: TimedOut, and no waiter left.
+    let short = LockOptions::new(Duration::from_secs(10)).wait(ms(100));
+    let err = client.lock("k", &short).await.err();
+    assert!(matches!(err, Some(Error::TimedOut)), "{err:?}");
+    assert_eq!(server.lock_info("k").map(|i| i.2), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_leaves_no_waiter_and_no_grant() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(60));
+    for round in 0..10 {
+        let _: i64 = server.q(&["LOCK.ACQUIRE", "k", "holder", "60000"]);
+        let waiting = {
+            let client = client.clone();
+            let opts = opts.clone();
+            tokio::spawn(async move { client.lock("k", &opts).await })
+        };
+        wait_until("the client waits", SECOND * 5, || {
+            server.lock_info("k").map(|i| i.2) == Some(1)
+        });
+        if round % 2 == 0 {
+            // Cancel while parked: the server drops the waiter.
+            waiting.abort();
+            let _ = waiting.await;
+            wait_until("no waiter", SECOND * 5, || {
+                server.lock_info("k").map(|i| i.2) == Some(0)
+            });
+            let _: i64 = server.q(&["LOCK.RELEASE", "k", "holder"]);
+        } else {
+            // Cancel as the grant crosses: the hold must not stay behind.
+            let _: i64 = server.q(&["LOCK.RELEASE", "k", "holder"]);
+            waiting.abort();
+            let _ = waiting.await;
+        }
+        wait_until(
+            &format!("round {round}: the lock is free"),
+            SECOND * 5,
+            || server.lock_info("k").is_none(),
+        );
+    }
+    no_tasks_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_dropped_in_async_code_are_released_in_the_background() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    for i in 0..20 {
+        let mut guard = client.try_lock(&format!("k{i}"), &opts).await.unwrap();
+        if i % 2 == 0 {
+            guard.reenter().await.unwrap();
+        }
+        // Dropped inside async code: nothing blocks here.
+    }
+    wait_until("all 20 locks are free", SECOND * 5, || {
+        let n: i64 = server.q(&["DBSIZE"]);
+        n == 0
+    });
+    no_tasks_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_runs_the_closure_and_reports_a_loss() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(ms(400));
+    let out = client
+        .with_lock("k", &opts, |_token| async { 42 })
+        .await
+        .unwrap();
+    assert_eq!(out, 42);
+    assert_eq!(server.lock_info("k"), None);
+
+    // Paused past the lease inside the closure: the token is cancelled and
+    // the call says the lock was lost.
+    let pauser = server.conn();
+    let result = client
+        .with_lock("k", &opts, |token| async move {
+            let mut pauser = pauser;
+            let _: () = redis::cmd("CLIENT")
+                .arg(&["PAUSE", "1200", "WRITE"])
+                .query(&mut pauser)
+                .unwrap();
+            tokio::time::timeout(SECOND * 2, token.cancelled())
+                .await
+                .is_ok()
+        })
+        .await;
+    assert!(
+        matches!(result, Err(Error::Lost(LossReason::Expired))),
+        "{result:?}"
+    );
+    no_tasks_left(&client).await;
+}
+
+#[test]
+fn blocking_api_has_the_same_shape() {
+    let server = Server::start();
+    let client = blocking::Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(ms(300)).wait(SECOND);
+    let mut guard = client.lock("k", &opts).unwrap();
+    assert!(matches!(
+        client.try_lock("k", &opts),
+        Err(Error::WouldBlock)
+    ));
+    std::thread::sleep(ms(900));
+    assert!(
+        !guard.is_lost(),
+        "the watchdog renews while this thread sleeps"
+    );
+    assert!(server.calls("lock.renew") >= 2);
+    assert_eq!(guard.reenter().unwrap(), 2);
+    assert_eq!(guard.release().unwrap(), 1);
+    drop(guard);
+    wait_until("released on drop", SECOND * 5, || {
+        server.lock_info("k").is_none()
+    });
+
+    // A wait that ends: TimedOut, no waiter left.
+    let _: i64 = server.q(&["LOCK.ACQUIRE", "k", "holder", "60000"]);
+    let short = LockOptions::new(SECOND).wait(ms(150));
+    assert!(matches!(client.lock("k", &short), Err(Error::TimedOut)));
+    assert_eq!(server.lock_info("k").map(|i| i.2), Some(0));
+    let _: i64 = server.q(&["LOCK.RELEASE", "k", "holder"]);
+
+    let out = client
+        .with_lock("k", &opts, |loss| !loss.is_lost())
+        .unwrap();
+    assert!(out);
+
+    // Watchdog off: the loss signal fires at the local deadline.
+    let guard = client
+        .lock("k", &LockOptions::new(ms(200)).watchdog(false))
+        .unwrap();
+    assert_eq!(guard.wait_lost(SECOND), Some(LossReason::Expired));
+    assert!(std::time::Instant::now() >= guard.deadline());
+    drop(guard);
+    wait_until("no background task", SECOND * 5, || {
+        client.background_tasks() == 0
+    });
+}

@@ -1,0 +1,296 @@
+//! No lock lives forever (SPEC guarantee 3; issue 10): whatever removes a
+//! lock key's TTL or moves it past the stored lease — `PERSIST`, `EXPIRE`,
+//! `PEXPIRE`, `EXPIREAT`, `PEXPIREAT`, `RESTORE` with ttl 0 or a longer one —
+//! the module puts the TTL back to the stored lease at once, and the lock
+//! frees at its lease end. A TTL set *shorter* than the lease is kept and
+//! ends the hold then. A lock waiting for its lease to end costs no CPU.
+//!
+//! Before issue 10 was fixed the lease lived only in the TTL: `PERSIST`
+//! made a lock eternal, and with a client waiting on it the lease timer
+//! fired on every turn of the event loop (about a fifth of a core).
+
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+
+use crate::harness::{now_ms, wait_on_timed, wait_until, Call, Reply, Server, LONG};
+
+/// A lease short enough to watch it end, long enough to act on it first.
+const LEASE_MS: i64 = 1_500;
+
+/// How late after the lease end a lock may still show as held, or its
+/// waiter be served ("within a few milliseconds"; generous here).
+const LATE_MS: i64 = 200;
+
+/// How long a test waits for something that should happen at once.
+const SOON: Duration = Duration::from_secs(5);
+
+/// `PEXPIRETIME key`: the lease end in Unix ms (-1: none, -2: no key).
+fn lease_end(c: &mut Connection, key: &str) -> i64 {
+    c.int(&["PEXPIRETIME", key])
+}
+
+/// Asserts `key`'s TTL is back on the stored lease: set, at most the lease,
+/// and ending when the lease ends.
+fn assert_ttl_is_the_lease(c: &mut Connection, key: &str, end: i64, after: &str) {
+    let pttl = c.pttl(key);
+    assert!(
+        pttl > 0 && pttl <= LEASE_MS,
+        "after {after}, PTTL {key} is {pttl}: the lease ({LEASE_MS} ms) must be back (issue 10)"
+    );
+    let now_end = lease_end(c, key);
+    assert!(
+        (now_end - end).abs() <= 5,
+        "after {after}, {key}'s TTL ends at {now_end}, the stored lease at {end}"
+    );
+}
+
+/// Waits until `key` is free and gone; returns when that was seen (Unix ms).
+fn freed_at(c: &mut Connection, key: &str, timeout: Duration) -> i64 {
+    wait_until(&format!("{key} frees"), timeout, || {
+        c.lock_info(key).is_none() && c.int(&["EXISTS", key]) == 0
+    });
+    now_ms()
+}
+
+/// Asserts a lock freed at `end` (its lease end): not before, and not much
+/// after.
+fn assert_freed_at_lease_end(c: &mut Connection, key: &str, end: i64) {
+    let left = Duration::from_millis((end - now_ms() + 2 * LATE_MS).max(0) as u64);
+    let freed = freed_at(c, key, left);
+    assert!(
+        freed >= end,
+        "{key} freed at {freed}, before its lease end {end}"
+    );
+    assert!(
+        freed <= end + LATE_MS,
+        "{key} freed at {freed}, {} ms after its lease end {end}",
+        freed - end
+    );
+}
+
+/// A waiter's fence and the Unix ms its reply came, waiting up to `timeout`.
+fn handed(waiter: JoinHandle<(Reply, Instant)>, who: &str, timeout: Duration) -> (i64, i64) {
+    wait_until(&format!("{who} gets a reply"), timeout, || {
+        waiter.is_finished()
+    });
+    let (reply, at) = waiter.join().expect("the waiter's thread");
+    let at_ms = now_ms() - i64::try_from(at.elapsed().as_millis()).expect("ms");
+    match reply {
+        Ok(Value::Int(fence)) => (fence, at_ms),
+        other => panic!("{who} was not handed the lock: {other:?}"),
+    }
+}
+
+/// Starts `owner` waiting on `key` and returns once `key` shows the waiter.
+fn queue(server: &Server, key: &str, owner: &str) -> JoinHandle<(Reply, Instant)> {
+    let mut watch = server.conn();
+    let waiter = wait_on_timed(server.conn(), key, owner, LONG, 0);
+    wait_until(&format!("{owner} waits on {key}"), SOON, || {
+        watch.lock_info(key).is_some_and(|info| info.waiters == 1)
+    });
+    waiter
+}
+
+/// Issue 10: `PERSIST`, and `EXPIRE`/`PEXPIRE`/`EXPIREAT`/`PEXPIREAT` past
+/// the lease, are undone at once: the TTL is the stored lease again, and
+/// every lock frees at its lease end (a waiter is served then).
+#[test]
+fn a_ttl_removed_or_set_past_the_lease_is_put_back_and_the_lock_frees_at_its_lease_end() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let far_s = (now_ms() / 1000 + 100_000).to_string();
+    let far_ms = (now_ms() + 99_999_999).to_string();
+    let cases: [(&str, Vec<&str>); 5] = [
+        ("persist", vec!["PERSIST"]),
+        ("pexpire", vec!["PEXPIRE", "99999999"]),
+        ("expire", vec!["EXPIRE", "99999"]),
+        ("expireat", vec!["EXPIREAT", &far_s]),
+        ("pexpireat", vec!["PEXPIREAT", &far_ms]),
+    ];
+    let mut ends = Vec::new();
+    for (key, _) in &cases {
+        c.acquire(key, "alice", LEASE_MS).expect("free");
+        ends.push(lease_end(&mut c, key));
+    }
+    let bob = queue(&server, "persist", "bob");
+
+    for ((key, command), &end) in cases.iter().zip(&ends) {
+        let shown = [&command[..1], &[*key][..], &command[1..]]
+            .concat()
+            .join(" ");
+        // Each replies 1: Redis did change the TTL; the module then undid it.
+        assert_eq!(
+            c.int([&command[..1], &[*key][..], &command[1..]].concat()),
+            1,
+            "{shown}"
+        );
+        assert_ttl_is_the_lease(&mut c, key, end, &shown);
+        let info = c.lock_info(key).expect("still held");
+        assert_eq!(info.owner, b"alice");
+    }
+
+    for ((key, _), &end) in cases.iter().zip(&ends) {
+        if *key != "persist" {
+            assert_freed_at_lease_end(&mut c, key, end);
+        }
+    }
+    let end = ends[0];
+    let (fence, at) = handed(bob, "bob", Duration::from_millis(LEASE_MS as u64) + SOON);
+    assert!(fence >> 20 >= end, "bob was granted before the lease end");
+    assert!(
+        at <= end + LATE_MS,
+        "bob was served {} ms after the lease end",
+        at - end
+    );
+    let info = c.lock_info("persist").expect("bob holds it");
+    assert_eq!(info.held(), (b"bob".to_vec(), 1, fence));
+}
+
+/// Issue 10: a TTL set shorter than the lease is kept — an operator's way
+/// to force a lock free — and the waiter is served when it ends.
+#[test]
+fn a_ttl_shorter_than_the_lease_is_kept_and_ends_the_hold_early() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", LONG).expect("free");
+    let bob = queue(&server, "k", "bob");
+    assert_eq!(c.int(&["PEXPIRE", "k", "300"]), 1);
+    let pttl = c.pttl("k");
+    assert!(pttl > 0 && pttl <= 300, "PTTL {pttl} after PEXPIRE k 300");
+    let end = lease_end(&mut c, "k");
+    let (fence, at) = handed(bob, "bob", SOON);
+    assert!(fence >> 20 >= end, "bob was granted before the TTL ended");
+    assert!(
+        at <= end + LATE_MS,
+        "bob was served {} ms after the TTL ended",
+        at - end
+    );
+    let info = c.lock_info("k").expect("bob holds k");
+    assert_eq!(info.held(), (b"bob".to_vec(), 1, fence));
+}
+
+/// `RESTORE key ttl payload [REPLACE]` of `payload`, with the reply.
+fn restore(c: &mut Connection, key: &str, ttl: i64, payload: &[u8], replace: bool) -> Reply {
+    let mut cmd = redis::cmd("RESTORE");
+    cmd.arg(key).arg(ttl).arg(payload);
+    if replace {
+        cmd.arg("REPLACE");
+    }
+    cmd.query::<Value>(c)
+        .map_err(|e| crate::harness::error_text(&e).unwrap_or_else(|| panic!("RESTORE: {e}")))
+}
+
+/// Issue 10: `RESTORE` with ttl 0 (no TTL) or a longer ttl, onto a new key
+/// or with `REPLACE`, gets the stored lease back as its TTL.
+#[test]
+fn restore_without_a_ttl_or_with_a_longer_one_gets_the_stored_lease_back() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let fence = c.acquire("k", "alice", LEASE_MS).expect("free");
+    let end = lease_end(&mut c, "k");
+    let payload: Vec<u8> = c.value(&["DUMP", "k"]);
+
+    assert_eq!(
+        restore(&mut c, "no-ttl", 0, &payload, false),
+        Ok(Value::Okay)
+    );
+    assert_ttl_is_the_lease(&mut c, "no-ttl", end, "RESTORE no-ttl 0");
+    assert_eq!(
+        restore(&mut c, "longer", 99_999_999, &payload, false),
+        Ok(Value::Okay)
+    );
+    assert_ttl_is_the_lease(&mut c, "longer", end, "RESTORE longer 99999999");
+    assert_eq!(
+        restore(&mut c, "k", 99_999_999, &payload, true),
+        Ok(Value::Okay)
+    );
+    assert_ttl_is_the_lease(&mut c, "k", end, "RESTORE k 99999999 REPLACE");
+
+    for key in ["no-ttl", "longer", "k"] {
+        let info = c.lock_info(key).expect("restored");
+        assert_eq!(info.held(), (b"alice".to_vec(), 1, fence), "{key}");
+    }
+    for key in ["no-ttl", "longer", "k"] {
+        assert_freed_at_lease_end(&mut c, key, end);
+    }
+}
+
+/// Issue 10: a lock restored without a TTL after its stored lease ended is
+/// no lock: nobody holds it, and the key goes.
+#[test]
+fn restore_of_a_lock_whose_lease_has_ended_leaves_no_lock() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", 200).expect("free");
+    let payload: Vec<u8> = c.value(&["DUMP", "k"]);
+    freed_at(&mut c, "k", SOON);
+
+    // The module may refuse the payload or accept and drop it; either way
+    // no lock is left.
+    let reply = restore(&mut c, "late", 0, &payload, false);
+    assert_eq!(
+        c.lock_info("late"),
+        None,
+        "RESTORE late 0 ({reply:?}) brought back a lock whose lease had ended"
+    );
+    freed_at(&mut c, "late", Duration::from_millis(LATE_MS as u64));
+    assert_eq!(
+        c.acquire("late", "bob", 1000).map(|_| ()),
+        Some(()),
+        "late is free"
+    );
+}
+
+/// `used_cpu_user + used_cpu_sys` of `INFO cpu`, in seconds.
+fn cpu_seconds(c: &mut Connection) -> f64 {
+    let info: String = c.value(&["INFO", "cpu"]);
+    ["used_cpu_user", "used_cpu_sys"]
+        .iter()
+        .map(|name| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|value| value.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {name} in INFO cpu:\n{info}"))
+        })
+        .sum()
+}
+
+/// Issue 10: a waiter on a `PERSIST`ed lock costs no CPU. Before the fix,
+/// once the lease's original end had passed, the lease timer found the key
+/// still held (no TTL) and re-fired on every event-loop turn; now the lease
+/// ends on time, the waiter is served, and the server idles.
+#[test]
+fn a_waiter_on_a_persisted_lock_costs_no_cpu() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", 300).expect("free");
+    let bob = queue(&server, "k", "bob");
+    assert_eq!(c.int(&["PERSIST", "k"]), 1);
+    let end = lease_end(&mut c, "k");
+    // Past the lease's end: where the old module began to spin.
+    thread::sleep(Duration::from_millis(400));
+
+    let (before, started) = (cpu_seconds(&mut c), Instant::now());
+    thread::sleep(Duration::from_secs(1));
+    let (after, took) = (cpu_seconds(&mut c), started.elapsed());
+    let share = (after - before) / took.as_secs_f64();
+    println!(
+        "a waiter on a PERSISTed lock: the server used {:.1}% of a core",
+        share * 100.0
+    );
+    assert!(
+        share < 0.05,
+        "the server used {:.1}% of a core while a waiter waited (issue 10)",
+        share * 100.0
+    );
+    // The lease did end: bob holds k.
+    let (fence, _) = handed(bob, "bob", SOON);
+    assert!(
+        end > 0 && fence >> 20 >= end,
+        "bob was granted before the lease end"
+    );
+    let info = c.lock_info("k").expect("bob holds k");
+    assert_eq!(info.held(), (b"bob".to_vec(), 1, fence));
+}
