@@ -62,7 +62,7 @@ impl Bounds {
 
     pub fn full() -> Bounds {
         Bounds {
-            clients: 2,
+            clients: 3,
             horizon: 6,
             ttl: 2,
             max_ttl: 3,
@@ -298,9 +298,7 @@ impl Model for FailoverModel {
             }
             Action::Failover => {
                 s.crashes += 1;
-                let Some(mut promoted) = s.replica.take() else {
-                    return None;
-                };
+                let mut promoted = s.replica.take()?;
                 promoted
                     .quarantine
                     .begin(Cause::Promotion, Mode::Always, max_ttl, s.now);

@@ -116,7 +116,7 @@ impl Bounds {
         Bounds {
             clients: 3,
             locks: 1,
-            horizon: 4,
+            horizon: 3,
             ttls: vec![2],
             timeouts: vec![2],
             max_count: 2,
