@@ -561,3 +561,37 @@ fn cluster_failover_starts_a_quarantine_on_the_promoted_node() {
     });
     assert_eq!(quarantine_left(r), 0);
 }
+
+/// Found by the model checker (issue 13): the promoted replica has alice's
+/// hold but not her release (nor the fresh hold another client then got on
+/// the old master). Alice, who released, acquires again: in quarantine
+/// `LOCK.ACQUIRE` begins no hold at all, not even a reentry of that stale
+/// hold, or she and the other client would both hold the lock. An owner
+/// that still holds it says so with `LOCK.REENTER`, which keeps working.
+#[test]
+fn in_quarantine_acquire_does_not_reenter_a_hold_its_owner_may_have_released() {
+    let node = |label: &str| {
+        Server::builder()
+            .label(label)
+            .config("lock.max-ttl", MAX_TTL_MS)
+            .config("lock.quarantine", "promotion")
+    };
+    let master = node("master").start();
+    let heir = node("heir").replica_of(&master).start();
+    heir.wait_for_master_link();
+    let mut m = master.conn();
+    let fence = m.acquire("L", "alice", MAX_TTL_MS).expect("granted");
+    heir.catch_up_with(&master);
+
+    let mut h = heir.conn();
+    assert_eq!(h.call(&["REPLICAOF", "NO", "ONE"]), Ok(Value::Okay));
+    assert!(quarantine_left(&heir) > 0, "the promotion starts a quarantine");
+    assert_eq!(
+        h.acquire("L", "alice", MAX_TTL_MS),
+        None,
+        "LOCK.ACQUIRE reentered a hold in quarantine"
+    );
+    assert_eq!(h.int(&["LOCK.REENTER", "L", "alice"]), 2);
+    let info = h.lock_info("L").expect("alice's hold");
+    assert_eq!((info.count, info.fence), (2, fence));
+}
