@@ -585,7 +585,10 @@ fn in_quarantine_acquire_does_not_reenter_a_hold_its_owner_may_have_released() {
 
     let mut h = heir.conn();
     assert_eq!(h.call(&["REPLICAOF", "NO", "ONE"]), Ok(Value::Okay));
-    assert!(quarantine_left(&heir) > 0, "the promotion starts a quarantine");
+    assert!(
+        quarantine_left(&heir) > 0,
+        "the promotion starts a quarantine"
+    );
     assert_eq!(
         h.acquire("L", "alice", MAX_TTL_MS),
         None,
