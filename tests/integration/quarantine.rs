@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::cluster::{cluster_info, Cluster, CONVERGE};
+use crate::cluster::{cluster_info, cut_off_replica, Cluster, CONVERGE};
 use crate::harness::{now_ms, wait_args, wait_until, Call, Reply, Server};
 
 /// How long a test waits for something that should happen at once.
@@ -501,17 +501,9 @@ fn cluster_failover_starts_a_quarantine_on_the_promoted_node() {
         quarantine_left(&cluster.nodes[dying]) == 0
     });
 
-    // Cut the replica off (it has no password, so it cannot come back),
-    // then bob takes a lock it never receives.
+    // Cut the replica off, then bob takes a lock it never receives.
     let mut m = cluster.nodes[dying].conn();
-    assert_eq!(
-        m.call(&["CONFIG", "SET", "requirepass", "no-replica-gets-in"]),
-        Ok(Value::Okay)
-    );
-    assert_eq!(m.int(&["CLIENT", "KILL", "TYPE", "replica"]), 1);
-    wait_until("the replica has lost its master", SOON, || {
-        cluster.nodes[heir].info_field("replication", "master_link_status") == "down"
-    });
+    cut_off_replica(&mut m, &cluster.nodes[heir]);
     let bob = m.acquire(lost, "bob", MAX_TTL_MS).expect("free");
     let lease_end = m.int(&["PEXPIRETIME", lost]);
 
