@@ -11,7 +11,7 @@ ON_VALKEY := LOCK_SERVER=$(CURDIR)/$(VALKEY_BIN)/valkey-server LOCK_CLI=$(CURDIR
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := redis-server redis-tools clang libclang-dev
 
-.PHONY: help deps build valkey run test unit integration integration-valkey lint clean
+.PHONY: help deps build valkey run test model unit integration integration-valkey lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -44,6 +44,10 @@ test: build valkey python-env ## Run every test: unit tests, the integration sui
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -p redislock-client
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release -p redislock-client
 	$(MAKE) --no-print-directory python-test
+	cargo test --release -p redislock-model
+
+model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
+	cargo run --release -p redislock-model
 
 unit: ## Unit tests of the pure core only (no Redis needed)
 	cargo test --release --lib
@@ -56,7 +60,7 @@ integration-valkey: build valkey ## The same integration tests on Valkey 8.1
 	cargo build --release --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
-lint: ## rustfmt and clippy over the workspace (module and client), as before every commit
+lint: ## rustfmt and clippy over the workspace (module, client, model), as before every commit
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 

@@ -23,6 +23,7 @@
 //!   never got is taken back ([`Engine::gone`]).
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use crate::queue::{LockName, WaitQueues};
 
@@ -36,7 +37,7 @@ pub const PAUSE_RETRY_MS: u64 = 2;
 
 /// A parked client: who it will hold the lock as, for how long, and the
 /// glue's handle to answer it.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Waiter<H> {
     pub owner: Vec<u8>,
     pub ttl_ms: u64,
@@ -103,7 +104,7 @@ pub enum Serve<H> {
 }
 
 /// A grant made but whose reply the client has not received yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct InFlight {
     pub name: LockName,
     pub owner: Vec<u8>,
@@ -123,7 +124,7 @@ pub enum Gone<H> {
 }
 
 /// Work the pump does when it runs.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub struct Pending {
     /// Grants to take back (first, so the lock can go to the next waiter).
     pub revokes: Vec<InFlight>,
@@ -133,7 +134,9 @@ pub struct Pending {
     pub serves: Vec<LockName>,
 }
 
-/// The engine's whole state.
+/// The engine's whole state. `Clone`, `Eq` and `Hash` are for the model
+/// checker (`model/`), which keeps engines in its states.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Engine<H> {
     queues: WaitQueues<Waiter<H>>,
     pending: Pending,
@@ -157,6 +160,27 @@ impl<H> Default for Engine<H> {
             retry_armed: false,
             lease_checks: HashMap::new(),
             in_flight: HashMap::new(),
+        }
+    }
+}
+
+/// Hashes every field, maps and sets in sorted order (`HashMap` has none).
+impl<H: Hash> Hash for Engine<H> {
+    fn hash<S: Hasher>(&self, state: &mut S) {
+        fn sorted<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
+            let mut items: Vec<T> = items.collect();
+            items.sort();
+            items
+        }
+        self.queues.hash(state);
+        self.pending.hash(state);
+        sorted(self.pending_set.iter()).hash(state);
+        self.pump_armed.hash(state);
+        self.retry_armed.hash(state);
+        sorted(self.lease_checks.iter()).hash(state);
+        let in_flight = sorted(self.in_flight.keys());
+        for id in in_flight {
+            (id, &self.in_flight[id]).hash(state);
         }
     }
 }

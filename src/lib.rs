@@ -35,10 +35,11 @@ pub mod quarantine;
 pub mod queue;
 pub mod stats;
 
-// Unit tests run without Redis, so they use the system allocator and skip
-// the registration; the module allocates through Redis so that `used_memory`
-// and `MEMORY USAGE` count its data.
-#[cfg(not(test))]
+// Unit tests and the model checker (built without the `module` feature) run
+// without Redis, so they use the system allocator and skip the registration;
+// the module allocates through Redis so that `used_memory` and `MEMORY USAGE`
+// count its data.
+#[cfg(all(feature = "module", not(test)))]
 mod registration {
     use std::os::raw::c_int;
 

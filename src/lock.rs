@@ -9,7 +9,7 @@
 use crate::error::LockError;
 
 /// The numbers of a hold: how many times, its fence, its lease end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hold {
     /// Reentrancy count, at least 1.
     pub count: u64,

@@ -8,11 +8,13 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 
 /// A lock's identity: database index and key name.
 pub type LockName = (i32, Vec<u8>);
 
 /// All queues, and every waiter's payload `T`.
+#[derive(Clone)]
 pub struct WaitQueues<T> {
     queues: HashMap<LockName, Queue>,
     waiters: HashMap<u64, Waiter<T>>,
@@ -21,6 +23,7 @@ pub struct WaitQueues<T> {
     next_seq: u64,
 }
 
+#[derive(Clone)]
 struct Queue {
     /// (client id, seq) in arrival order, tombstones included.
     order: VecDeque<(u64, u64)>,
@@ -28,6 +31,7 @@ struct Queue {
     live: usize,
 }
 
+#[derive(Clone)]
 struct Waiter<T> {
     name: LockName,
     seq: u64,
@@ -131,6 +135,45 @@ impl<T> WaitQueues<T> {
             .filter(|(d, _)| db.is_none_or(|db| *d == db))
             .cloned()
             .collect()
+    }
+
+    /// Every queue by name, each with its waiting clients in order:
+    /// tombstones and sequence numbers are bookkeeping that no decision
+    /// depends on, so this is the whole observable state.
+    fn canonical(&self) -> Vec<(&LockName, Vec<(u64, &T)>)> {
+        let mut queues: Vec<_> = self
+            .queues
+            .iter()
+            .map(|(name, queue)| {
+                let live = queue
+                    .order
+                    .iter()
+                    .filter_map(|&(id, seq)| {
+                        let waiter = self.waiters.get(&id).filter(|w| w.seq == seq)?;
+                        Some((id, &waiter.payload))
+                    })
+                    .collect();
+                (name, live)
+            })
+            .collect();
+        queues.sort_by(|a, b| a.0.cmp(b.0));
+        queues
+    }
+}
+
+// Equality and hashing by the canonical view (the model checker keeps
+// queues in its states; a `HashMap` hashes in no fixed order).
+impl<T: PartialEq> PartialEq for WaitQueues<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.canonical() == other.canonical()
+    }
+}
+
+impl<T: Eq> Eq for WaitQueues<T> {}
+
+impl<T: Hash> Hash for WaitQueues<T> {
+    fn hash<S: Hasher>(&self, state: &mut S) {
+        self.canonical().hash(state);
     }
 }
 
