@@ -298,9 +298,7 @@ impl Model for FailoverModel {
             }
             Action::Failover => {
                 s.crashes += 1;
-                let Some(mut promoted) = s.replica.take() else {
-                    return None;
-                };
+                let mut promoted = s.replica.take()?;
                 promoted
                     .quarantine
                     .begin(Cause::Promotion, Mode::Always, max_ttl, s.now);
