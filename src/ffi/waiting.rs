@@ -383,11 +383,7 @@ fn revoke(ctx: &Context, grant: &InFlight) {
     select_db(ctx.ctx, grant.name.0);
     let key_name = RedisString::create_from_slice(ctx.ctx, &grant.name.1);
     let key = LockKey::open_in_timer(ctx, &key_name);
-    let ours = matches!(key.current(), Ok(Some(lock))
-        if lock.owner == grant.owner.as_slice()
-            && lock.hold.fence == grant.fence
-            && lock.hold.count == 1);
-    if ours {
+    if lock::revocable(key.current().ok().flatten(), &grant.owner, grant.fence) {
         inline(|| {
             key.delete();
             key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
