@@ -64,10 +64,12 @@ lint: ## rustfmt and clippy over the workspace (module, client, model), as befor
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
-bench: build ## Benchmark: the module vs the lock recipes and raw Redis, one table (< 10 min)
+bench: build python-env ## Every benchmark: the module vs the recipes and raw Redis, Redlock vs rslock, Python locks (< 13 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench
+	$(MAKE) --no-print-directory bench-client
+	$(MAKE) --no-print-directory bench-python
 
-bench-quick: build ## The same benchmark, fewer and shorter runs (< 2 min)
+bench-quick: build ## The module-vs-recipes benchmark only, fewer and shorter runs (< 2 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench -- --quick
 
 bench-client: build ## Redlock over 3 local servers: this client vs the rslock crate, latency and contention (< 2 min)

@@ -37,11 +37,14 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
             .filter(|lock| lock.is_live(now))
             .map(|lock| lock.hold.expires_at);
         // No barging: a free lock that still has clients waiting (they could
-        // not be served yet) is theirs, not this caller's. In quarantine no
-        // fresh hold begins at all (reentry by the holder still works).
+        // not be served yet) is theirs, not this caller's. In quarantine
+        // `ACQUIRE` begins nothing, not even a reentry: the hold this node has
+        // may be one its owner released on a master that died (the release
+        // was lost), while another client holds the lock there. An owner that
+        // still holds it says so with `LOCK.REENTER`, which works.
         let free = holder_until.is_none();
         let barging = free && waiting::waiting_on(ctx, &key_name).is_some();
-        let quarantined = free && config::quarantine_ms() > 0;
+        let quarantined = config::quarantine_ms() > 0;
         let decision = if barging || quarantined {
             Acquire::Busy
         } else {

@@ -133,6 +133,15 @@ fn owned(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Result<Hold, LockE
         .ok_or(LockError::NotOwner)
 }
 
+/// Whether a grant (to `owner`, with `fence`) whose client never got the
+/// reply may be taken back: only while the lock is still exactly that
+/// grant. A hold its owner reentered meanwhile (another connection with the
+/// same token was told it holds it) is in use and stays.
+pub fn revocable(current: Option<Lock>, owner: &[u8], fence: u64) -> bool {
+    current
+        .is_some_and(|lock| lock.owner == owner && lock.hold.fence == fence && lock.hold.count == 1)
+}
+
 /// When a hold ends, from its stored lease end (`0`: not known, a value
 /// from encoding version 1) and the key's expiry: the earlier of the two. A
 /// TTL shorter than the lease ends the hold early (an operator forcing it
@@ -350,6 +359,20 @@ mod tests {
             acquire(cur, b"a", 5, NOW, no_fence),
             Err(LockError::CountOverflow)
         );
+    }
+
+    #[test]
+    fn only_the_exact_grant_is_taken_back() {
+        let table = [
+            (lock("a", 1, NOW + 5), true),
+            (lock("a", 2, NOW + 5), false), // reentered by its owner meanwhile
+            (lock("b", 1, NOW + 5), false), // someone else's hold now
+            (None, false),
+        ];
+        for (current, want) in table {
+            assert_eq!(revocable(current, b"a", FENCE), want, "{current:?}");
+        }
+        assert!(!revocable(lock("a", 1, NOW + 5), b"a", FENCE + 1)); // a later hold
     }
 
     #[test]

@@ -52,7 +52,9 @@ fn mono_ms() -> u64 {
 /// `cause` happened now: start the quarantine if the configs say so.
 pub fn begin_quarantine(cause: Cause) {
     let mut q = QUARANTINE.get();
-    q.begin(cause, mode(), max_ttl(), mono_ms());
+    // `mono_ms` truncates: count from the next whole millisecond, so the
+    // quarantine never ends before the cause's instant + max-ttl.
+    q.begin(cause, mode(), max_ttl(), mono_ms().saturating_add(1));
     QUARANTINE.set(q);
 }
 

@@ -376,14 +376,14 @@ fn hand_over(ctx: &Context, key: &mut LockKey, name: &LockName, grant: Grant<Par
 }
 
 /// Takes back a grant whose client never got the reply: frees the lock if
-/// it is still that grant, and serves the next waiter.
+/// it is still exactly that grant — same owner and fence, count 1 — and
+/// serves the next waiter. A hold the same owner reentered meanwhile (from
+/// another connection) is in use, and stays.
 fn revoke(ctx: &Context, grant: &InFlight) {
     select_db(ctx.ctx, grant.name.0);
     let key_name = RedisString::create_from_slice(ctx.ctx, &grant.name.1);
     let key = LockKey::open_in_timer(ctx, &key_name);
-    let ours = matches!(key.current(), Ok(Some(lock))
-        if lock.owner == grant.owner.as_slice() && lock.hold.fence == grant.fence);
-    if ours {
+    if lock::revocable(key.current().ok().flatten(), &grant.owner, grant.fence) {
         inline(|| {
             key.delete();
             key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");

@@ -205,18 +205,7 @@ impl Cluster {
 
     /// A cluster-aware client that knows every node.
     fn client(&self) -> ClusterConnection {
-        let urls: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("redis://127.0.0.1:{}/", n.port()))
-            .collect();
-        ClusterClient::builder(urls)
-            .connection_timeout(SOON)
-            .response_timeout(Duration::from_secs(10))
-            .build()
-            .expect("cluster client")
-            .get_connection()
-            .expect("connect to the cluster")
+        cluster_client(&self.nodes)
     }
 
     /// `CLUSTER KEYSLOT key`, as the server computes it.
@@ -233,6 +222,35 @@ impl Cluster {
             .max()
             .expect("a master")
     }
+}
+
+/// A cluster-aware client that knows `nodes`.
+pub(super) fn cluster_client(nodes: &[Server]) -> ClusterConnection {
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("redis://127.0.0.1:{}/", n.port()))
+        .collect();
+    ClusterClient::builder(urls)
+        .connection_timeout(SOON)
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .expect("cluster client")
+        .get_connection()
+        .expect("connect to the cluster")
+}
+
+/// Cuts `replica` off its master (on connection `m`): drops its link and
+/// keeps it from coming back (it has no password). Connections already
+/// open stay authenticated.
+pub(super) fn cut_off_replica(m: &mut redis::Connection, replica: &Server) {
+    assert_eq!(
+        m.call(&["CONFIG", "SET", "requirepass", "no-replica-gets-in"]),
+        Ok(Value::Okay)
+    );
+    assert_eq!(m.int(&["CLIENT", "KILL", "TYPE", "replica"]), 1);
+    wait_until("the replica has lost its master", SOON, || {
+        replica.info_field("replication", "master_link_status") == "down"
+    });
 }
 
 /// One field of `CLUSTER INFO` on `node`.
@@ -558,16 +576,7 @@ fn failover_keeps_acknowledged_locks_and_fences_keep_rising() {
     assert_eq!(m.int(&["WAIT", "1", "5000"]), 1, "the replica acknowledged");
     let safe_expire = m.int(&["PEXPIRETIME", safe]);
 
-    // Cut the replica off: drop its link and keep it from coming back (it
-    // has no password). Connections already open stay authenticated.
-    assert_eq!(
-        m.call(&["CONFIG", "SET", "requirepass", "no-replica-gets-in"]),
-        Ok(Value::Okay)
-    );
-    assert_eq!(m.int(&["CLIENT", "KILL", "TYPE", "replica"]), 1);
-    wait_until("the replica has lost its master", SOON, || {
-        cluster.nodes[heir].info_field("replication", "master_link_status") == "down"
-    });
+    cut_off_replica(&mut m, &cluster.nodes[heir]);
     // The hazard: a lock acquired now, not acknowledged by any replica.
     let lost_fence = m.acquire(lost, "bob", LONG).expect("free");
     assert_eq!(m.int(&["WAIT", "1", "100"]), 0, "no replica has the lock");

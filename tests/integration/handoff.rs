@@ -289,3 +289,42 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
         show(std::slice::from_ref(last_about_k))
     );
 }
+
+/// A grant is taken back only while it is still the hold the waiter was
+/// given. Here bob is granted `k` by the release, another connection of the
+/// same owner reenters it (count 2), and bob's connection is killed before
+/// his reply goes out: the reentered hold is in use and must stay. (Found by
+/// the model checker, issue 13; before the fix the revoke deleted it.)
+#[test]
+fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", LONG).expect("k is free");
+    let mut b = server.conn();
+    let bob_id = b.int(&["CLIENT", "ID"]);
+    // Bob's connection is killed: his thread gets the error back.
+    let bob = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(&["k", "bob", &LONG.to_string(), "WAIT", "0"])
+            .query::<Value>(&mut b)
+    });
+    wait_until("bob waits on k", SOON, || {
+        c.lock_info("k").is_some_and(|info| info.waiters == 1)
+    });
+    let replies: (i64, i64, i64) = redis::pipe()
+        .cmd("LOCK.RELEASE")
+        .arg(&["k", "alice"])
+        .cmd("LOCK.REENTER")
+        .arg(&["k", "bob"])
+        .cmd("CLIENT")
+        .arg(&["KILL", "ID", &bob_id.to_string()])
+        .query(&mut c)
+        .expect("RELEASE, REENTER, CLIENT KILL");
+    assert_eq!(replies, (0, 2, 1));
+    // A revoke runs at the end of the event-loop turn that read the
+    // pipeline: this next round trip comes after it.
+    let info = c.lock_info("k").expect("the reentered hold was taken back");
+    assert_eq!((info.owner.as_slice(), info.count), (&b"bob"[..], 2));
+    let seen = bob.join().expect("bob's thread");
+    assert!(seen.is_err(), "bob's connection was killed, yet: {seen:?}");
+}

@@ -14,9 +14,10 @@
 
 use std::time::Duration;
 
-use redis::cluster::{ClusterClient, ClusterConnection};
+use redis::cluster::ClusterConnection;
 use redis::Value;
 
+use crate::cluster::cluster_client;
 use crate::harness::{handed_fence, wait_on, wait_until, Call, Server, LONG};
 
 /// How long the two nodes get to agree on the cluster.
@@ -70,18 +71,7 @@ impl TwoNodes {
     }
 
     fn client(&self) -> ClusterConnection {
-        let urls: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("redis://127.0.0.1:{}/", n.port()))
-            .collect();
-        ClusterClient::builder(urls)
-            .connection_timeout(SOON)
-            .response_timeout(Duration::from_secs(10))
-            .build()
-            .expect("cluster client")
-            .get_connection()
-            .expect("connect to the cluster")
+        cluster_client(&self.nodes)
     }
 }
 

@@ -209,12 +209,27 @@ impl Store {
 /// sometimes sleeps past its lease (watchdog off) before writing again. A
 /// chaos thread kills and restarts servers and pauses them. The AOF is
 /// fsynced at every write, so a killed server forgets no lock it granted and
-/// no fence it raised: that is the persistence the fence round assumes (in
-/// production, also set `lock.max-ttl` for the quarantine).
+/// no fence it raised: that is the persistence the fence round assumes; and
+/// `lock.max-ttl` is on, as recommended for Redlock, so a restarted server
+/// sits out its quarantine before it grants again.
+/// The hammer's `lock.max-ttl`: above every lease its workers ask for.
+const MAX_TTL_MS: u64 = 1_000;
+
 fn hammer(n: usize) {
     let s: Vec<Server> = (0..n)
-        .map(|_| Server::builder().durable().start())
+        .map(|_| {
+            Server::builder()
+                .durable()
+                .config("lock.max-ttl", MAX_TTL_MS)
+                .start()
+        })
         .collect();
+    // A server's start-up quarantine: wait it out before the workers begin.
+    for server in &s {
+        while server.info_int("lock", "lock_quarantine_ms") > 0 {
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
     let urls = urls(&s);
     let store = Arc::new(Mutex::new(Store::default()));
     let stop = Arc::new(AtomicBool::new(false));
