@@ -38,12 +38,13 @@ pub struct Bounds {
     pub crashes: u8,
     /// Commands per client.
     pub commands: u8,
-    /// `false`: `LOCK.ACQUIRE` as on `main` today — in quarantine a free
-    /// lock gets nil, but a lock the node shows held by the caller is
-    /// reentered. `true`: the proposed fix — in quarantine `LOCK.ACQUIRE`
-    /// begins nothing and reenters nothing (`REENTER`/`RENEW`, which
-    /// assert a hold the owner knows it has, still work). See
-    /// `model/README.md`, "a released hold resurrected by a failover".
+    /// `true`: `LOCK.ACQUIRE` as `commands::acquire` decides since 26aade7
+    /// — in quarantine it begins nothing and reenters nothing (`REENTER`,
+    /// `RENEW`, which assert a hold the owner knows it has, still work).
+    /// `false`: as before that commit — only a free lock got nil, and a
+    /// hold the node shows for the caller was reentered, which the checker
+    /// showed unsafe (`model/README.md`, "a released hold resurrected by a
+    /// failover").
     pub quarantine_blocks_reentry: bool,
 }
 

@@ -551,9 +551,7 @@ impl State {
     fn revoke(&mut self, grant: &InFlight) {
         let lock = lock_index(&grant.name);
         self.open(lock, false);
-        let ours = matches!(self.current(lock), Ok(Some(held))
-            if held.owner == grant.owner.as_slice() && held.hold.fence == grant.fence);
-        if ours {
+        if lock::revocable(self.current(lock).ok().flatten(), &grant.owner, grant.fence) {
             self.remove(lock);
             self.serve(lock, false);
         }
@@ -690,7 +688,15 @@ impl State {
         }
     }
 
+    /// The owner was answered for this hold by a command of its own: a
+    /// revoke queued for it may rightly leave it alone (`lock::revocable`).
+    fn claimed(&mut self, lock: usize, fence: u64) {
+        self.revoked
+            .retain(|&(l, f)| (l as usize, f) != (lock, fence));
+    }
+
     fn store(&mut self, client: usize, lock: usize, hold: Hold) {
+        self.claimed(lock, hold.fence);
         self.keys[lock] = Slot::Lock {
             owner: self.token(client),
             count: hold.count,

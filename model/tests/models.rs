@@ -27,9 +27,12 @@ fn server_model_keeps_every_guarantee() {
 /// Known bug, kept as a test until the core is fixed (model/README.md,
 /// "revoke after a reentry"): a waiter granted a lock disconnects before
 /// its reply is written, so the grant is queued to be taken back; the same
-/// owner (another connection of the same process) then reenters the lock
-/// with `LOCK.ACQUIRE` and is told it holds it; the revoke, which matches
-/// only owner and fence, deletes it anyway and a third client takes it.
+/// owner (another connection of the same process) reenters it with
+/// `LOCK.ACQUIRE` (count 2) and releases once (count 1, reply 1: it is
+/// told it still holds the lock); `lock::revocable` sees count 1, owner
+/// and fence of the grant, so the revoke deletes it and a third client
+/// takes it. (Before 1f39ab1 the revoke did not look at the count, and a
+/// reentry alone was enough.)
 #[test]
 fn revoke_after_a_reentry_by_the_same_owner_breaks_mutual_exclusion() {
     let property = "at most one client holds a lock";
@@ -133,7 +136,7 @@ fn failover_without_the_quarantine_breaks_mutual_exclusion() {
     );
 }
 
-/// Known bug, kept as a test until the core is fixed (model/README.md, "a
+/// The bug fixed by 26aade7, kept as a test of why (model/README.md, "a
 /// released hold resurrected by a failover"): the replica applied f0's
 /// grant but not its release; after the failover f0 acquires again, and
 /// `LOCK.ACQUIRE` reenters the stale hold in quarantine while f1, whose
@@ -146,7 +149,7 @@ fn quarantine_lets_acquire_reenter_a_released_hold() {
         ..failover::Bounds::quick()
     };
     let report = run(
-        "failover, ACQUIRE reenters in quarantine (as on main)",
+        "failover, ACQUIRE reenters in quarantine (as before 26aade7)",
         failover::FailoverModel { bounds },
         Search::Bfs,
         1,
