@@ -68,6 +68,7 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
                 key.apply(req.owner, hold, true);
                 key.notify(NOTIFY_MODULE, c"lock.reenter");
                 stats::REENTERED.incr();
+                waiting::owner_active(ctx, &key_name, req.owner);
                 waiting::lease_changed(ctx, &key_name, hold.expires_at);
                 Ok(integer(hold.fence))
             }
@@ -109,6 +110,7 @@ pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
         key.apply(req.owner, hold, req.ttl_ms.is_some());
         key.notify(NOTIFY_MODULE, c"lock.reenter");
         stats::REENTERED.incr();
+        waiting::owner_active(ctx, &key_name, req.owner);
         waiting::lease_changed(ctx, &key_name, hold.expires_at);
         Ok(integer(hold.count))
     })
@@ -124,6 +126,7 @@ pub fn release(ctx: &Context, input: &Args) -> RedisResult {
         let mut key = LockKey::open(ctx, &key_name, true);
         let remaining = lock::release(key.current()?, req.owner, req.all, now_ms())?;
         stats::RELEASED.incr();
+        waiting::owner_active(ctx, &key_name, req.owner);
         match remaining {
             Some(hold) => {
                 key.apply(req.owner, hold, false);
@@ -156,6 +159,7 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
         key.apply(req.owner, hold, true);
         key.notify(NOTIFY_MODULE, c"lock.renew");
         stats::RENEWED.incr();
+        waiting::owner_active(ctx, &key_name, req.owner);
         waiting::lease_changed(ctx, &key_name, hold.expires_at);
         Ok(RedisValue::Integer(1))
     })
@@ -175,6 +179,7 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         // (`LOCK.APPLY` observes the fence it carries).
         fence::observe(hold.fence);
         key.notify(NOTIFY_MODULE, c"lock.fence");
+        waiting::owner_active(ctx, &key_name, req.owner);
         Ok(integer(hold.fence))
     })
 }

@@ -218,6 +218,11 @@ impl<H> Engine<H> {
         self.in_flight.contains_key(&id)
     }
 
+    /// Whether grants wait to be taken back.
+    pub fn has_revokes(&self) -> bool {
+        !self.pending.revokes.is_empty()
+    }
+
     /// Whether any grant awaits its reply (the fast path of the command filter).
     pub fn any_in_flight(&self) -> bool {
         !self.in_flight.is_empty()
@@ -358,6 +363,19 @@ impl<H> Engine<H> {
     /// out yet.
     pub fn granted(&mut self, id: u64, grant: InFlight) {
         self.in_flight.insert(id, grant);
+    }
+
+    /// `owner` just succeeded with a command of its own on `name` (a reentry,
+    /// a renewal, a release, a fence): it is alive and using the lock, so no
+    /// grant of `name` to that owner is taken back any more, even if the
+    /// client it was granted to never hears of it.
+    pub fn owner_active(&mut self, name: &LockName, owner: &[u8]) {
+        if self.in_flight.is_empty() && self.pending.revokes.is_empty() {
+            return;
+        }
+        let other = |grant: &InFlight| grant.name != *name || grant.owner != owner;
+        self.in_flight.retain(|_, grant| other(grant));
+        self.pending.revokes.retain(|grant| other(grant));
     }
 
     /// Client `id`'s reply was written: its grant stands.
@@ -662,6 +680,29 @@ mod tests {
         assert!(matches!(e.gone(1), Gone::Revoke { arm_pump: true }));
         assert!(matches!(e.gone(1), Gone::Unknown));
         assert_eq!(e.take_pending().revokes, [record]);
+    }
+
+    #[test]
+    fn a_grant_whose_owner_acts_on_the_lock_is_not_taken_back() {
+        let record = |key: &str, owner: &[u8]| InFlight {
+            name: name(key),
+            owner: owner.to_vec(),
+            fence: 7,
+        };
+        // Before the client leaves: its grant is no longer in flight.
+        let mut e: Engine<Handle> = Engine::default();
+        e.granted(1, record("k", b"w1"));
+        e.granted(2, record("other", b"w1"));
+        e.owner_active(&name("k"), b"w1");
+        assert!(!e.is_in_flight(1));
+        assert!(e.is_in_flight(2), "another lock's grant is untouched");
+        // After it left: the queued revoke is dropped.
+        let mut e: Engine<Handle> = Engine::default();
+        e.granted(1, record("k", b"w1"));
+        assert!(matches!(e.gone(1), Gone::Revoke { .. }));
+        e.owner_active(&name("k"), b"someone-else");
+        e.owner_active(&name("k"), b"w1");
+        assert!(e.take_pending().revokes.is_empty());
     }
 
     #[test]

@@ -697,6 +697,9 @@ impl State {
 
     fn store(&mut self, client: usize, lock: usize, hold: Hold) {
         self.claimed(lock, hold.fence);
+        // `waiting::owner_active`, as every owner command that succeeds does.
+        let owner = self.owner(client).to_vec();
+        self.engine.owner_active(&name(lock), &owner);
         self.keys[lock] = Slot::Lock {
             owner: self.token(client),
             count: hold.count,

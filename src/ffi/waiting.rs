@@ -652,6 +652,15 @@ extern "C" fn free_privdata(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     });
 }
 
+/// `owner` succeeded with a command of its own on `key`: a grant of that
+/// lock to that owner is no longer taken back (see `Engine::owner_active`).
+pub fn owner_active(ctx: &Context, key: &RedisString, owner: &[u8]) {
+    if with(|e| e.any_in_flight() || e.has_revokes()) {
+        let name = lock_name(ctx, key);
+        with(|e| e.owner_active(&name, owner));
+    }
+}
+
 /// Whether `CLIENT UNBLOCK id` must not touch client `id`: it was granted a
 /// lock and its reply is on the way (see the module docs above).
 pub fn granted_not_replied(id: u64) -> bool {

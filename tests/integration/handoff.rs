@@ -328,3 +328,40 @@ fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
     let seen = bob.join().expect("bob's thread");
     assert!(seen.is_err(), "bob's connection was killed, yet: {seen:?}");
 }
+
+/// The same, when the owner's other connection reenters and then releases
+/// once (reply 1: the owner still holds `k`): once the owner has acted on
+/// the lock, the grant to its connection that left is not taken back.
+/// (Found by the model checker, issue 13.)
+#[test]
+fn a_grant_its_owner_has_used_is_not_taken_back_when_the_waiter_leaves() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", LONG).expect("k is free");
+    let mut b = server.conn();
+    let bob_id = b.int(&["CLIENT", "ID"]);
+    let bob = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(&["k", "bob", &LONG.to_string(), "WAIT", "0"])
+            .query::<Value>(&mut b)
+    });
+    wait_until("bob waits on k", SOON, || {
+        c.lock_info("k").is_some_and(|info| info.waiters == 1)
+    });
+    let replies: (i64, i64, i64, i64) = redis::pipe()
+        .cmd("LOCK.RELEASE")
+        .arg(&["k", "alice"])
+        .cmd("LOCK.REENTER")
+        .arg(&["k", "bob"])
+        .cmd("LOCK.RELEASE")
+        .arg(&["k", "bob"])
+        .cmd("CLIENT")
+        .arg(&["KILL", "ID", &bob_id.to_string()])
+        .query(&mut c)
+        .expect("RELEASE, REENTER, RELEASE, CLIENT KILL");
+    assert_eq!(replies, (0, 2, 1, 1));
+    let info = c.lock_info("k").expect("the owner's hold was taken back");
+    assert_eq!((info.owner.as_slice(), info.count), (&b"bob"[..], 1));
+    let seen = bob.join().expect("bob's thread");
+    assert!(seen.is_err(), "bob's connection was killed, yet: {seen:?}");
+}
