@@ -290,19 +290,20 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
     );
 }
 
-/// A grant is taken back only while it is still the hold the waiter was
-/// given. Here bob is granted `k` by the release, another connection of the
-/// same owner reenters it (count 2), and bob's connection is killed before
-/// his reply goes out: the reentered hold is in use and must stay. (Found by
-/// the model checker, issue 13; before the fix the revoke deleted it.)
-#[test]
-fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
-    let server = Server::start();
+/// Alice holds `k`; bob waits on it from a connection the test will kill.
+/// Returns a connection, bob's client id, and bob's thread, which gets the
+/// error of his killed connection back.
+fn alice_holds_and_killable_bob_waits(
+    server: &Server,
+) -> (
+    redis::Connection,
+    i64,
+    JoinHandle<redis::RedisResult<Value>>,
+) {
     let mut c = server.conn();
     c.acquire("k", "alice", LONG).expect("k is free");
     let mut b = server.conn();
     let bob_id = b.int(&["CLIENT", "ID"]);
-    // Bob's connection is killed: his thread gets the error back.
     let bob = std::thread::spawn(move || {
         redis::cmd("LOCK.ACQUIRE")
             .arg(&["k", "bob", &LONG.to_string(), "WAIT", "0"])
@@ -311,6 +312,18 @@ fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
     wait_until("bob waits on k", SOON, || {
         c.lock_info("k").is_some_and(|info| info.waiters == 1)
     });
+    (c, bob_id, bob)
+}
+
+/// A grant is taken back only while it is still the hold the waiter was
+/// given. Here bob is granted `k` by the release, another connection of the
+/// same owner reenters it (count 2), and bob's connection is killed before
+/// his reply goes out: the reentered hold is in use and must stay. (Found by
+/// the model checker, issue 13; before the fix the revoke deleted it.)
+#[test]
+fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
+    let server = Server::start();
+    let (mut c, bob_id, bob) = alice_holds_and_killable_bob_waits(&server);
     let replies: (i64, i64, i64) = redis::pipe()
         .cmd("LOCK.RELEASE")
         .arg(&["k", "alice"])
@@ -336,18 +349,7 @@ fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
 #[test]
 fn a_grant_its_owner_has_used_is_not_taken_back_when_the_waiter_leaves() {
     let server = Server::start();
-    let mut c = server.conn();
-    c.acquire("k", "alice", LONG).expect("k is free");
-    let mut b = server.conn();
-    let bob_id = b.int(&["CLIENT", "ID"]);
-    let bob = std::thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(&["k", "bob", &LONG.to_string(), "WAIT", "0"])
-            .query::<Value>(&mut b)
-    });
-    wait_until("bob waits on k", SOON, || {
-        c.lock_info("k").is_some_and(|info| info.waiters == 1)
-    });
+    let (mut c, bob_id, bob) = alice_holds_and_killable_bob_waits(&server);
     let replies: (i64, i64, i64, i64) = redis::pipe()
         .cmd("LOCK.RELEASE")
         .arg(&["k", "alice"])
