@@ -43,8 +43,8 @@ test: build valkey python-env ## Run every test: unit tests, the integration sui
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -p redislock-client
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release -p redislock-client
+	cargo test --release -p redislock-model --tests
 	$(MAKE) --no-print-directory python-test
-	cargo test --release -p redislock-model
 
 model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
 	cargo run --release -p redislock-model
