@@ -172,13 +172,7 @@ impl Client {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(key, opts).await?;
-        let loss = guard.loss();
-        let out = f(loss.token()).await;
-        let released = guard.release_all().await;
-        match loss.reason() {
-            Some(reason) => Err(Error::Lost(reason)),
-            None => released.map(|()| out),
-        }
+        guard.run(f).await
     }
 
     fn guard(

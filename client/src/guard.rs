@@ -148,6 +148,22 @@ struct Watchdog {
 }
 
 impl Guard {
+    /// `with_lock`'s body, for every kind of client: runs `f` with the
+    /// loss token, then releases; a loss wins over `f`'s result.
+    pub(crate) async fn run<T, F, Fut>(self, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let loss = self.loss();
+        let out = f(loss.token()).await;
+        let released = self.release_all().await;
+        match loss.reason() {
+            Some(reason) => Err(Error::Lost(reason)),
+            None => released.map(|()| out),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         ctx: Context,
