@@ -78,6 +78,36 @@ fn every_later_fence_on_any_lock_is_higher() {
     assert_eq!(server.info_int("lock", "lock_last_fence"), last);
 }
 
+/// Lua numbers are doubles, exact only below 2^53, and fences are near 2^61:
+/// in a script two successive fences can look equal as numbers. Compared as
+/// strings (every fence has 19 digits), they keep their order
+/// (docs/commands.md, "Fences in scripts").
+#[test]
+fn successive_fences_differ_in_a_script_as_strings_not_as_numbers() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", LONG).expect("free");
+    // Ahead of the clock, the next fence is exactly this one + 1.
+    let first = fence(&mut c, "k", "alice", ahead() + 1);
+    assert_eq!(c.int(&["LOCK.RELEASE", "k", "alice"]), 0);
+    let second = c.acquire("k", "bob", LONG).expect("free");
+    assert_eq!(second, first + 1);
+
+    let (a, b) = (first.to_string(), second.to_string());
+    let mut script = |body: &str, x: &str, y: &str| -> i64 {
+        let reply: Option<i64> = redis::cmd("EVAL")
+            .arg(&[body, "0", x, y])
+            .query(&mut c)
+            .expect("EVAL");
+        reply.unwrap_or(0)
+    };
+    let as_numbers = "return tonumber(ARGV[1]) < tonumber(ARGV[2])";
+    let as_strings = "return #ARGV[1] == 19 and #ARGV[2] == 19 and ARGV[1] < ARGV[2]";
+    assert_eq!(script(as_numbers, &a, &b), 0, "Lua numbers tell them apart");
+    assert_eq!(script(as_strings, &a, &b), 1, "{a} < {b} as strings");
+    assert_eq!(script(as_strings, &b, &a), 0, "{b} < {a} as strings");
+}
+
 #[test]
 fn fence_is_a_write_with_its_key_at_position_one() {
     let server = Server::start();
