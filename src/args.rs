@@ -190,6 +190,17 @@ pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockE
     })
 }
 
+/// `LOCK.LASTFENCE fence` (internal: the AOF after a rewrite, replication)
+/// → the fence counter to observe, `1..=2^63-1`.
+pub fn parse_last_fence<A: AsRef<[u8]>>(args: &[A]) -> Result<u64, LockError> {
+    let [_, fence] = args else {
+        return Err(LockError::WrongArity);
+    };
+    parse_int(fence)
+        .filter(|&n| n >= 1)
+        .ok_or(LockError::BadNumber)
+}
+
 /// A `ttl-ms`: `1..=2^40`, and at most `max_ttl` when that is set.
 fn parse_ttl<A: AsRef<[u8]>>(arg: &A, max_ttl: u64) -> Result<u64, LockError> {
     let ttl = parse_int(arg)
@@ -489,5 +500,25 @@ mod tests {
         assert_eq!(parse_apply(&v("x k o 2 99 PX 5")), Err(Syntax));
         assert_eq!(parse_apply(&v("x k o 0 99")), Err(BadNumber));
         assert_eq!(parse_apply(&v("x k o 1 -1")), Err(BadNumber));
+    }
+
+    #[test]
+    fn last_fence_takes_one_positive_integer() {
+        let max = i64::MAX.to_string();
+        let cases: &[(&str, Result<u64, LockError>)] = &[
+            ("x 1", Ok(1)),
+            ("x 1882695450317815809", Ok(1_882_695_450_317_815_809)),
+            (&format!("x {max}"), Ok(i64::MAX as u64)),
+            ("x", Err(WrongArity)),
+            ("x 1 2", Err(WrongArity)),
+            ("x 0", Err(BadNumber)),
+            ("x -5", Err(BadNumber)),
+            ("x 9223372036854775808", Err(BadNumber)),
+            ("x 01", Err(BadNumber)),
+            ("x abc", Err(BadNumber)),
+        ];
+        for (line, want) in cases {
+            assert_eq!(parse_last_fence(&v(line)), *want, "{line}");
+        }
     }
 }

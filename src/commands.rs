@@ -235,6 +235,22 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
     })
 }
 
+/// `LOCK.LASTFENCE fence` → OK. Internal: the master writes it to the AOF
+/// when a rewrite starts while the fence counter is ahead of the clock (see
+/// [`crate::ffi::propagation`]), so that a rewrite without the RDB preamble,
+/// which keeps only keys, does not forget a fence raised by `LOCK.FENCE`.
+pub fn last_fence(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.LASTFENCE", input, |argv| {
+        let flags = ctx.get_flags();
+        if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+            return Err(LockError::InternalCommand);
+        }
+        fence::observe(args::parse_last_fence(argv)?);
+        ctx.replicate_verbatim();
+        Ok(RedisValue::SimpleStringStatic("OK"))
+    })
+}
+
 /// Runs one command body with the boundary rules: argument bytes in, errors
 /// mapped to replies (and `NOTOWNER` counted), panics caught and logged.
 fn run(

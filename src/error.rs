@@ -34,8 +34,9 @@ pub enum LockError {
     NotOwner,
     /// The reentrancy count would overflow.
     CountOverflow,
-    /// `LOCK.APPLY` sent by a normal client: only the master's replication
-    /// stream and AOF loading may set a lock's state directly.
+    /// `LOCK.APPLY` or `LOCK.LASTFENCE` sent by a normal client: only the
+    /// master's replication stream and AOF loading may set a lock's state or
+    /// the fence counter directly.
     InternalCommand,
     /// A bug caught at the boundary (a panic): the command changed nothing
     /// it could not undo and the server keeps running.
@@ -60,7 +61,7 @@ impl LockError {
             LockError::NotOwner => "NOTOWNER the lock is not held by this owner",
             LockError::CountOverflow => "ERR reentrancy count overflow",
             LockError::InternalCommand => {
-                "ERR LOCK.APPLY is internal: only replication and AOF loading may call it"
+                "ERR LOCK.APPLY and LOCK.LASTFENCE are internal: only replication and AOF loading may call them"
             }
             LockError::Internal => "ERR internal error in the lock module (see the server log)",
         }

@@ -44,6 +44,14 @@ pub fn observe(fence: u64) {
     LAST.fetch_max(fence, Ordering::SeqCst);
 }
 
+/// Whether the counter `last` is ahead of the clock floor at `now_ms`: only
+/// then would a restart that forgot it issue a lower fence. That happens
+/// after `LOCK.FENCE` raised it (up to an hour ahead), so an AOF rewrite
+/// without the RDB preamble, which keeps only keys, must record it.
+pub fn outruns_clock(last: u64, now_ms: u64) -> bool {
+    last > next(0, now_ms)
+}
+
 /// The highest fence issued or seen so far.
 pub fn last() -> u64 {
     LAST.load(Ordering::SeqCst)
@@ -66,6 +74,21 @@ mod tests {
         let b = next(a, NOW);
         let c = next(b, NOW);
         assert_eq!((b, c), (a + 1, a + 2));
+    }
+
+    #[test]
+    fn only_a_counter_past_the_clock_floor_outruns_the_clock() {
+        let floor = NOW << 20;
+        let cases = [
+            (0, false),
+            (floor - 1, false),
+            (floor, false),
+            (floor + 1, true),
+            ((NOW + 3_600_000) << 20, true),
+        ];
+        for (last, want) in cases {
+            assert_eq!(outruns_clock(last, NOW), want, "last {last}");
+        }
     }
 
     #[test]

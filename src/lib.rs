@@ -21,7 +21,9 @@
 //! fence, lease end) in one allocation; the lease is mirrored as the key's
 //! TTL and put back if another command changes it. Every change the master
 //! makes goes to replicas and the AOF as `LOCK.APPLY key owner count fence
-//! PXAT ms`, so they store the master's decision instead of deciding again.
+//! PXAT ms`, so they store the master's decision instead of deciding again
+//! (and the fence counter, when an AOF rewrite would lose it, as
+//! `LOCK.LASTFENCE`).
 
 pub mod args;
 pub mod cluster;
@@ -94,17 +96,28 @@ mod registration {
                 shim as extern "C" fn(_, _, _) -> _
             }};
         }
-        // (name, handler, flags); every command's key is argument 1.
+        // (name, handler, flags, key position: 0 for none).
         let commands = [
-            (c"lock.acquire", shim!(commands::acquire), c"write deny-oom"),
-            (c"lock.reenter", shim!(commands::reenter), c"write deny-oom"),
-            (c"lock.release", shim!(commands::release), c"write"),
-            (c"lock.renew", shim!(commands::renew), c"write"),
-            (c"lock.fence", shim!(commands::fence), c"write"),
-            (c"lock.info", shim!(commands::info), c"readonly fast"),
-            (c"lock.apply", shim!(commands::apply), c"write"),
+            (
+                c"lock.acquire",
+                shim!(commands::acquire),
+                c"write deny-oom",
+                1,
+            ),
+            (
+                c"lock.reenter",
+                shim!(commands::reenter),
+                c"write deny-oom",
+                1,
+            ),
+            (c"lock.release", shim!(commands::release), c"write", 1),
+            (c"lock.renew", shim!(commands::renew), c"write", 1),
+            (c"lock.fence", shim!(commands::fence), c"write", 1),
+            (c"lock.info", shim!(commands::info), c"readonly fast", 1),
+            (c"lock.apply", shim!(commands::apply), c"write", 1),
+            (c"lock.lastfence", shim!(commands::last_fence), c"write", 0),
         ];
-        for (name, handler, flags) in commands {
+        for (name, handler, flags, key) in commands {
             // SAFETY: module load, with its context; names and flags are
             // static C strings and the handlers plain functions.
             let status = unsafe {
@@ -114,9 +127,9 @@ mod registration {
                         name.as_ptr(),
                         Some(handler),
                         flags.as_ptr(),
-                        1,
-                        1,
-                        1,
+                        key,
+                        key,
+                        key,
                     )
                 })
             };

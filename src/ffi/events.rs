@@ -243,11 +243,13 @@ fn server_event(
         }
         (raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_SUBEVENT_LOADING_ENDED) => {
             if LOADING_AOF.replace(false) {
-                // A pure AOF carries no fence counter (aux data is RDB-only)
-                // and its rewrite keeps only the locks still held: re-base
-                // the counter on the clock, which is past every fence this
-                // server issued before it stopped. Not for a replica's sync:
-                // a replica keeps exactly its master's counter.
+                // A pure AOF carries no aux data (RDB-only) and its rewrite
+                // keeps only the locks still held: re-base the counter on the
+                // clock, which is past every fence this server issued before
+                // it stopped, unless `LOCK.FENCE` raised it further (then a
+                // `LOCK.LASTFENCE` record in the AOF raised it while loading,
+                // see `propagation`). Not for a replica's sync: a replica
+                // keeps exactly its master's counter.
                 fence::observe(fence::next(0, now_ms()));
             }
             config::loading_ended();

@@ -30,6 +30,13 @@ pub fn now_ms() -> u64 {
     u64::try_from(ms).unwrap_or(0)
 }
 
+/// Whether the server pauses writes (`CLIENT PAUSE`, `FAILOVER`, `SHUTDOWN`
+/// waiting for replicas): then the module must neither write nor propagate.
+pub fn writes_paused() -> bool {
+    // SAFETY: takes no arguments; set once the module is initialised.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) != 0 }
+}
+
 /// Runs `body`; if it panics, logs and returns `fallback` instead.
 pub fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {

@@ -13,17 +13,31 @@
 //! and turning the AOF on both fork, and the first replica's sync creates the
 //! backlog before its fork), a role change, or a replica coming and going:
 //! each is a server event that refreshes it. It is also read at load.
+//!
+//! A fork is also when the AOF may be rewritten. A rewrite keeps only keys;
+//! without the RDB preamble (whose aux field carries it) the fence counter
+//! would be lost with the commands that raised it. So when a fork is born on
+//! a master with the AOF on and the counter ahead of the clock (`LOCK.FENCE`
+//! raised it), the master writes `LOCK.LASTFENCE counter` once, from a 0 ms
+//! timer: it lands in the AOF file opened for the rewrite, which the rewrite
+//! keeps, and reaches replicas. While writes are paused the timer waits.
 
 use std::os::raw::{c_int, c_void};
+use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{raw, Context};
 
-use crate::ffi::{config, guard};
+use crate::fence;
+use crate::ffi::{config, guard, now_ms, writes_paused};
+use crate::handoff::PAUSE_RETRY_MS;
 use crate::quarantine::Cause;
 
 /// Whether effects must be built and sent. Starts true: safe until known.
 static NEEDED: AtomicBool = AtomicBool::new(true);
+
+/// Whether a [`record_counter`] timer is armed.
+static RECORD_ARMED: AtomicBool = AtomicBool::new(false);
 
 /// Whether an effect would reach the AOF or a replica.
 pub fn needed() -> bool {
@@ -68,10 +82,53 @@ extern "C" fn on_event(
 ) {
     guard("replication event", (), || {
         refresh(ctx);
+        let forked = event.id == raw::REDISMODULE_EVENT_FORK_CHILD
+            && subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN;
+        if forked && !RECORD_ARMED.swap(true, Ordering::Relaxed) {
+            arm_record(ctx, 0);
+        }
         let promoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
             && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
         if promoted {
             config::begin_quarantine(Cause::Promotion);
+        }
+    });
+}
+
+fn arm_record(ctx: *mut raw::RedisModuleCtx, delay_ms: u64) {
+    let delay = i64::try_from(delay_ms).unwrap_or(0);
+    // SAFETY: a live context of this module; the timer carries no data.
+    let id = unsafe {
+        raw::RedisModule_CreateTimer
+            .map_or(0, |f| f(ctx, delay, Some(record_counter), ptr::null_mut()))
+    };
+    if id == 0 {
+        RECORD_ARMED.store(false, Ordering::Relaxed);
+    }
+}
+
+/// After a fork: writes `LOCK.LASTFENCE counter` to the AOF and replicas if
+/// this is a master with the AOF on and the counter ahead of the clock;
+/// waits while writes are paused.
+extern "C" fn record_counter(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard("fence counter record", (), || {
+        if writes_paused() {
+            return arm_record(ctx, PAUSE_RETRY_MS);
+        }
+        RECORD_ARMED.store(false, Ordering::Relaxed);
+        // SAFETY: a live context.
+        let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) };
+        let aof = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
+        let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
+        let last = fence::last();
+        if !(aof && master && fence::outruns_clock(last, now_ms())) {
+            return;
+        }
+        let last = i64::try_from(last).unwrap_or(i64::MAX);
+        // SAFETY: "l" takes one long long; a timer's context may replicate.
+        unsafe {
+            raw::RedisModule_Replicate
+                .map(|f| f(ctx, c"LOCK.LASTFENCE".as_ptr(), c"l".as_ptr(), last));
         }
     });
 }

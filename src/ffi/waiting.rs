@@ -35,7 +35,7 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::ffi::key::LockKey;
 use crate::ffi::{config, events};
-use crate::ffi::{guard, now_ms};
+use crate::ffi::{guard, now_ms, writes_paused};
 use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
 use crate::queue::LockName;
@@ -258,9 +258,7 @@ pub fn serve_now(ctx: &Context, name: &LockName) {
 /// Whether the module may write on its own now (a master, not loading):
 /// closed while the server pauses writes.
 fn write_gate() -> Gate {
-    // SAFETY: takes no arguments; set once the module is initialised.
-    let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) };
-    if paused != 0 {
+    if writes_paused() {
         Gate::Closed {
             retry_in_ms: handoff::PAUSE_RETRY_MS,
         }

@@ -442,7 +442,7 @@ fn command_table_names_the_key_at_position_1_with_the_spec_flags() {
 }
 
 #[test]
-fn clients_cannot_forge_a_lock_with_lock_apply() {
+fn clients_cannot_forge_a_lock_or_the_counter_with_the_internal_commands() {
     let mut f = Fixture::new();
     let future = (crate::harness::now_ms() + LONG).to_string();
     // A fence far above anything issued: if it were adopted, last_fence shows it.
@@ -464,6 +464,11 @@ fn clients_cannot_forge_a_lock_with_lock_apply() {
         &["LOCK.APPLY", "free"],
         &["LOCK.APPLY"],
         &["lock.apply", "free", "mallory", "1", &forged],
+        &["LOCK.LASTFENCE", &forged],
+        &["lock.lastfence", &forged],
+        &["LOCK.LASTFENCE", "0"],
+        &["LOCK.LASTFENCE"],
+        &["LOCK.LASTFENCE", &forged, "1"],
     ] {
         f.refused(args, "ERR", "");
     }
@@ -482,6 +487,9 @@ fn clients_cannot_forge_a_lock_with_lock_apply() {
     let script = "return redis.call('LOCK.APPLY', KEYS[1], 'mallory', '1', ARGV[1])";
     let eval = c.call(&["EVAL", script, "1", "free", &forged]);
     assert!(eval.is_err(), "LOCK.APPLY from a script: {eval:?}");
+    let script = "return redis.call('LOCK.LASTFENCE', ARGV[1])";
+    let eval = c.call(&["EVAL", script, "0", &forged]);
+    assert!(eval.is_err(), "LOCK.LASTFENCE from a script: {eval:?}");
     assert_eq!(f.state(), before);
     assert_eq!(f.c.lock_info("free"), None);
 }

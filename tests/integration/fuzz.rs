@@ -21,7 +21,9 @@ const COMMANDS: &[&str] = &[
     "LOCK.RELEASE",
     "LOCK.RENEW",
     "LOCK.INFO",
+    "LOCK.FENCE",
     "LOCK.APPLY",
+    "LOCK.LASTFENCE",
     "lock.acquire",
     "lock.release",
 ];
