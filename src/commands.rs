@@ -12,7 +12,7 @@ use crate::args;
 use crate::error::LockError;
 use crate::ffi::key::LockKey;
 use crate::ffi::{config, guard, now_ms, waiting, Args};
-use crate::lock::{self, Acquire};
+use crate::lock::{self, Acquire, Barriers};
 use crate::{fence, stats};
 
 const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
@@ -36,20 +36,14 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
         let holder_until = current
             .filter(|lock| lock.is_live(now))
             .map(|lock| lock.hold.expires_at);
-        // No barging: a free lock that still has clients waiting (they could
-        // not be served yet) is theirs, not this caller's. In quarantine
-        // `ACQUIRE` begins nothing, not even a reentry: the hold this node has
-        // may be one its owner released on a master that died (the release
-        // was lost), while another client holds the lock there. An owner that
-        // still holds it says so with `LOCK.REENTER`, which works.
         let free = holder_until.is_none();
-        let barging = free && waiting::waiting_on(ctx, &key_name).is_some();
-        let quarantined = config::quarantine_ms() > 0;
-        let decision = if barging || quarantined {
-            Acquire::Busy
-        } else {
-            lock::acquire(current, req.owner, req.ttl_ms, now, || fence::issue(now))?
+        let barriers = Barriers {
+            waiters: free && waiting::waiting_on(ctx, &key_name).is_some(),
+            quarantined: config::quarantine_ms() > 0,
         };
+        let decision = lock::acquire(current, req.owner, req.ttl_ms, now, barriers, || {
+            fence::issue(now)
+        })?;
         match decision {
             Acquire::Fresh(hold) => {
                 if current.is_some() {

@@ -44,16 +44,43 @@ pub enum Acquire {
     Busy,
 }
 
-/// `LOCK.ACQUIRE`: take a free lock, or reenter one the caller holds.
-/// `issue_fence` is called only for a fresh hold.
+/// What the server knows beside the lock that can make `LOCK.ACQUIRE` answer
+/// busy before the owner check (the glue and the models fill it in).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Barriers {
+    /// Clients wait on this lock. A free lock is theirs, first come first
+    /// served, not the caller's (no barging).
+    pub waiters: bool,
+    /// The node is in quarantine: it begins nothing, not even a reentry.
+    /// The hold it shows may be one its owner released on a master that
+    /// died (the release was lost) while another client holds the lock
+    /// there. An owner that still holds it says so with `LOCK.REENTER`.
+    pub quarantined: bool,
+}
+
+impl Barriers {
+    /// Nothing in the way.
+    pub const NONE: Barriers = Barriers {
+        waiters: false,
+        quarantined: false,
+    };
+}
+
+/// `LOCK.ACQUIRE`: take a free lock, or reenter one the caller holds, unless
+/// a barrier says busy. `issue_fence` is called only for a fresh hold.
 pub fn acquire(
     current: Option<Lock>,
     owner: &[u8],
     ttl_ms: u64,
     now_ms: u64,
+    barriers: Barriers,
     issue_fence: impl FnOnce() -> u64,
 ) -> Result<Acquire, LockError> {
-    match current.filter(|lock| lock.is_live(now_ms)) {
+    let live = current.filter(|lock| lock.is_live(now_ms));
+    if barriers.quarantined || (barriers.waiters && live.is_none()) {
+        return Ok(Acquire::Busy);
+    }
+    match live {
         None => Ok(Acquire::Fresh(Hold {
             count: 1,
             fence: issue_fence(),
@@ -215,7 +242,7 @@ mod tests {
 
     #[test]
     fn acquire_free_lock_issues_a_fence_and_a_lease() {
-        let got = acquire(None, b"a", 500, NOW, || 9).unwrap();
+        let got = acquire(None, b"a", 500, NOW, Barriers::NONE, || 9).unwrap();
         assert_eq!(
             got,
             Acquire::Fresh(Hold {
@@ -228,7 +255,7 @@ mod tests {
 
     #[test]
     fn acquire_after_lease_end_is_fresh() {
-        let got = acquire(lock("a", 3, NOW), b"b", 10, NOW, || 10).unwrap();
+        let got = acquire(lock("a", 3, NOW), b"b", 10, NOW, Barriers::NONE, || 10).unwrap();
         assert_eq!(
             got,
             Acquire::Fresh(Hold {
@@ -241,14 +268,62 @@ mod tests {
 
     #[test]
     fn acquire_by_holder_reenters_with_same_fence_and_new_lease() {
-        let got = acquire(lock("a", 2, NOW + 5), b"a", 1_000, NOW, no_fence).unwrap();
+        let got = acquire(
+            lock("a", 2, NOW + 5),
+            b"a",
+            1_000,
+            NOW,
+            Barriers::NONE,
+            no_fence,
+        )
+        .unwrap();
         assert_eq!(got, Acquire::Reentered(hold(3, NOW + 1_000)));
+    }
+
+    #[test]
+    fn barriers_make_acquire_busy_only_where_they_apply() {
+        let reentered = Acquire::Reentered(hold(2, NOW + 10));
+        let fresh = Acquire::Fresh(Hold {
+            count: 1,
+            fence: 5,
+            expires_at: NOW + 10,
+        });
+        let (waiters, quarantined) = (
+            Barriers {
+                waiters: true,
+                ..Barriers::NONE
+            },
+            Barriers {
+                quarantined: true,
+                ..Barriers::NONE
+            },
+        );
+        // (lock now, barriers, what the caller "a" gets)
+        let cases = [
+            (None, waiters, Acquire::Busy),
+            (lock("b", 1, NOW), waiters, Acquire::Busy), // lease ended: free
+            (lock("a", 1, NOW + 5), waiters, reentered), // the holder reenters
+            (None, quarantined, Acquire::Busy),
+            (lock("a", 1, NOW + 5), quarantined, Acquire::Busy),
+            (None, Barriers::NONE, fresh),
+        ];
+        for (current, barriers, want) in cases {
+            let got = acquire(current, b"a", 10, NOW, barriers, || 5);
+            assert_eq!(got, Ok(want), "{current:?} {barriers:?}");
+        }
     }
 
     #[test]
     fn acquire_by_other_owner_is_busy() {
         assert_eq!(
-            acquire(lock("a", 1, NOW + 5), b"b", 10, NOW, no_fence),
+            acquire(
+                lock("a", 1, NOW + 5),
+                b"b",
+                10,
+                NOW,
+                Barriers::NONE,
+                no_fence
+            ),
             Ok(Acquire::Busy)
         );
     }
@@ -256,8 +331,14 @@ mod tests {
     #[test]
     fn owners_compare_as_bytes() {
         let cur = lock("a", 1, NOW + 5);
-        assert_eq!(acquire(cur, b"A", 10, NOW, no_fence), Ok(Acquire::Busy));
-        assert_eq!(acquire(cur, b"a\0", 10, NOW, no_fence), Ok(Acquire::Busy));
+        assert_eq!(
+            acquire(cur, b"A", 10, NOW, Barriers::NONE, no_fence),
+            Ok(Acquire::Busy)
+        );
+        assert_eq!(
+            acquire(cur, b"a\0", 10, NOW, Barriers::NONE, no_fence),
+            Ok(Acquire::Busy)
+        );
     }
 
     #[test]
@@ -356,7 +437,7 @@ mod tests {
         let cur = lock("a", i64::MAX as u64, NOW + 5);
         assert_eq!(reenter(cur, b"a", None, NOW), Err(LockError::CountOverflow));
         assert_eq!(
-            acquire(cur, b"a", 5, NOW, no_fence),
+            acquire(cur, b"a", 5, NOW, Barriers::NONE, no_fence),
             Err(LockError::CountOverflow)
         );
     }
@@ -411,7 +492,7 @@ mod tests {
 
     #[test]
     fn lease_end_saturates() {
-        let got = acquire(None, b"a", 10, u64::MAX - 1, || 1).unwrap();
+        let got = acquire(None, b"a", 10, u64::MAX - 1, Barriers::NONE, || 1).unwrap();
         assert_eq!(
             got,
             Acquire::Fresh(Hold {

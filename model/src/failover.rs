@@ -8,9 +8,9 @@
 //! and either restart having lost its data (persistence off: the worst
 //! case), or be replaced by the replica (failover: the effects not yet
 //! applied are lost). A node that starts or is promoted begins its
-//! [`Quarantine`] with `lock.max-ttl`, and `LOCK.ACQUIRE` on a free lock
-//! gets nil while it runs, as `commands::acquire` decides; leases are
-//! capped at `max_ttl`.
+//! [`Quarantine`] with `lock.max-ttl`, and `LOCK.ACQUIRE` gets nil while it
+//! runs: the model passes the quarantine to `lock::acquire` as a barrier,
+//! as `commands::acquire` does; leases are capped at `max_ttl`.
 //!
 //! Property: two clients never both believe they hold the lock at the same
 //! instant (believe: it was told it holds it, and the lease it was told has
@@ -18,7 +18,7 @@
 //! counterexample (a hold the promoted replica never received).
 
 use redislock::fence;
-use redislock::lock::{self, Acquire, Hold, Lock};
+use redislock::lock::{self, Acquire, Barriers, Hold, Lock};
 use redislock::quarantine::{Cause, Mode, Quarantine};
 use stateright::{Model, Property};
 
@@ -163,13 +163,14 @@ impl State {
         let now = self.now;
         let current = self.current();
         let free = !current.is_some_and(|l| l.is_live(now));
-        let quarantined = (free || blocks_reentry) && self.master.quarantine.remaining(now) > 0;
-        let last = self.master.last_fence;
-        let decision = if quarantined {
-            Ok(Acquire::Busy)
-        } else {
-            lock::acquire(current, OWNERS[client], ttl, now, || fence::next(last, now))
+        let barriers = Barriers {
+            waiters: false,
+            quarantined: (free || blocks_reentry) && self.master.quarantine.remaining(now) > 0,
         };
+        let last = self.master.last_fence;
+        let decision = lock::acquire(current, OWNERS[client], ttl, now, barriers, || {
+            fence::next(last, now)
+        });
         match decision {
             Ok(Acquire::Fresh(hold)) | Ok(Acquire::Reentered(hold)) => {
                 self.master.last_fence = self.master.last_fence.max(hold.fence);

@@ -20,7 +20,7 @@
 use std::fmt;
 
 use redislock::fence;
-use redislock::lock::{self, Acquire, Hold, Lock};
+use redislock::lock::{self, Acquire, Barriers, Hold, Lock};
 use stateright::{Model, Property};
 
 use crate::Fence;
@@ -195,7 +195,9 @@ impl State {
             return Answer::No;
         }
         let last = self.servers[server].last_fence;
-        match lock::acquire(self.current(server), OWNERS[client], ttl, now, || {
+        let current = self.current(server);
+        let barriers = Barriers::NONE; // no waiters, no quarantine in this model
+        match lock::acquire(current, OWNERS[client], ttl, now, barriers, || {
             fence::next(last, now)
         }) {
             Ok(Acquire::Fresh(hold)) | Ok(Acquire::Reentered(hold)) => {

@@ -19,7 +19,7 @@ use std::fmt;
 
 use redislock::fence;
 use redislock::handoff::{self, Engine, Gate, Gone, Grant, InFlight, Key, Serve, Timer, Waiter};
-use redislock::lock::{self, Acquire, Hold, Lock};
+use redislock::lock::{self, Acquire, Barriers, Hold, Lock};
 use redislock::queue::LockName;
 use stateright::{Model, Property};
 
@@ -608,13 +608,13 @@ impl State {
             .filter(|held| held.is_live(now))
             .map(|held| held.hold.expires_at);
         let free = holder_until.is_none();
-        let barging = free && self.engine.has_waiters(&name(lock));
-        let fence = fence::next(self.last_fence, now);
-        let decision = if barging {
-            Ok(Acquire::Busy)
-        } else {
-            lock::acquire(current, owner, ttl, now, || fence)
+        let barriers = Barriers {
+            waiters: free && self.engine.has_waiters(&name(lock)),
+            // This model has no quarantine (model 2 has).
+            quarantined: false,
         };
+        let fence = fence::next(self.last_fence, now);
+        let decision = lock::acquire(current, owner, ttl, now, barriers, || fence);
         match decision {
             Ok(Acquire::Fresh(hold)) => {
                 if current.is_some() {
