@@ -286,6 +286,15 @@ fn raise_and_release(c: &mut Connection) -> i64 {
     raised + 10
 }
 
+/// A server with the AOF on (`appendfsync always`) after
+/// [`raise_and_release`]; returns it and the highest fence.
+fn raised_with_aof(rdb_preamble: bool) -> (Server, i64) {
+    let server = Server::builder().appendonly(rdb_preamble).start();
+    server.wait_for_aof_rewrite();
+    let highest = raise_and_release(&mut server.conn());
+    (server, highest)
+}
+
 /// After a reload or restart: `k` keeps its raised fence, and new fences go
 /// above the highest one raised.
 fn assert_survived(server: &Server, highest: i64, how: &str) {
@@ -316,10 +325,7 @@ fn raised_fences_survive_debug_reload_and_an_rdb_restart() {
 #[test]
 fn raised_fences_survive_an_aof_crash_restart() {
     for rdb_preamble in [true, false] {
-        let mut server = Server::builder().appendonly(rdb_preamble).start();
-        server.wait_for_aof_rewrite();
-        let mut c = server.conn();
-        let highest = raise_and_release(&mut c);
+        let (mut server, highest) = raised_with_aof(rdb_preamble);
         let digest = server.digest();
         // appendfsync always: each effect was on disk before its reply.
         server.crash_restart();
@@ -334,11 +340,8 @@ fn raised_fences_survive_an_aof_crash_restart() {
 #[test]
 fn raised_fences_survive_an_aof_rewrite_with_or_without_the_rdb_preamble() {
     for rdb_preamble in [true, false] {
-        let mut server = Server::builder().appendonly(rdb_preamble).start();
-        server.wait_for_aof_rewrite();
-        let mut c = server.conn();
-        let highest = raise_and_release(&mut c);
-        c.call(&["BGREWRITEAOF"]).expect("BGREWRITEAOF");
+        let (mut server, highest) = raised_with_aof(rdb_preamble);
+        server.conn().call(&["BGREWRITEAOF"]).expect("BGREWRITEAOF");
         server.wait_for_aof_rewrite();
         server.restart();
         let how = format!("AOF rewrite, preamble {rdb_preamble}");
@@ -350,10 +353,8 @@ fn raised_fences_survive_an_aof_rewrite_with_or_without_the_rdb_preamble() {
 /// (the server must not propagate while paused), then lands.
 #[test]
 fn a_rewrite_during_a_write_pause_keeps_the_raised_fence_after_the_pause() {
-    let mut server = Server::builder().appendonly(false).start();
-    server.wait_for_aof_rewrite();
+    let (mut server, highest) = raised_with_aof(false);
     let mut c = server.conn();
-    let highest = raise_and_release(&mut c);
     assert_eq!(
         c.value::<String, _>(&["CLIENT", "PAUSE", "60000", "WRITE"]),
         "OK"
