@@ -19,7 +19,12 @@
 //!   short retry timer brings it back when the pause ends.
 //! - `CLIENT UNBLOCK` of a client already granted (its reply not yet
 //!   written) would, on Redis 7.0, leave it with no reply at all: a command
-//!   filter turns such a call into a no-op (`CLIENT UNBLOCK 0`).
+//!   filter turns such a call into a no-op (`CLIENT UNBLOCK 0`). The filter
+//!   sees a command queued in `MULTI` when it is queued, not when `EXEC` runs
+//!   it, so a client granted inside `EXEC` stays blocked until a 0 ms timer
+//!   unblocks it with its fence ([`DEFERRED`]); a `CLIENT UNBLOCK` later in
+//!   the same `EXEC` then reaches our unblock callback, which answers the
+//!   fence itself.
 //!
 //! All of this runs on the server's main thread. The engine lives in a
 //! thread-local `RefCell`; no borrow is held across a call into Redis, since
@@ -82,6 +87,9 @@ thread_local! {
     /// Set while a command of ours frees a lock and serves its waiters
     /// itself: the notifications it sends need no pump.
     static SERVING_INLINE: Cell<bool> = const { Cell::new(false) };
+    /// Clients granted inside `MULTI`/`EXEC`, still blocked: (client id,
+    /// handle, fence), unblocked by [`unblock_deferred_cb`].
+    static DEFERRED: RefCell<Vec<(u64, BlockedClient, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn with<R>(f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
@@ -368,7 +376,11 @@ fn hand_over(ctx: &Context, key: &mut LockKey, name: &LockName, grant: Grant<Par
                 },
             )
         });
-        handle.client.unblock(Some(Outcome::Granted(fence)));
+        if context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_MULTI as c_int != 0 {
+            defer_unblock(ctx.ctx, id, handle.client, fence);
+        } else {
+            handle.client.unblock(Some(Outcome::Granted(fence)));
+        }
     });
     arm_lease_check(ctx.ctx, then);
 }
@@ -559,8 +571,40 @@ extern "C" fn deadline_cb(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 // Callbacks: blocked clients.
 // ---------------------------------------------------------------------------
 
+/// Keeps a client granted inside `EXEC` blocked until the transaction is
+/// over (see the module docs).
+fn defer_unblock(ctx: *mut raw::RedisModuleCtx, id: u64, client: BlockedClient, fence: u64) {
+    let first = DEFERRED.with_borrow_mut(|deferred| {
+        deferred.push((id, client, fence));
+        deferred.len() == 1
+    });
+    if first {
+        create_timer(ctx, 0, unblock_deferred_cb, ptr::null_mut());
+    }
+}
+
+/// Takes client `id` out of [`DEFERRED`], if it is there.
+fn take_deferred(id: u64) -> Option<(BlockedClient, u64)> {
+    DEFERRED.with_borrow_mut(|deferred| {
+        let at = deferred.iter().position(|(waiting, ..)| *waiting == id)?;
+        let (_, client, fence) = deferred.remove(at);
+        Some((client, fence))
+    })
+}
+
+/// After the `EXEC` that granted them: unblocks the deferred clients with
+/// their fences.
+extern "C" fn unblock_deferred_cb(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard("deferred grants", (), || {
+        for (_, client, fence) in DEFERRED.take() {
+            client.unblock(Some(Outcome::Granted(fence)));
+        }
+    });
+}
+
 /// `CLIENT UNBLOCK id` (nil reply). Redis calls it only for a client we have
-/// not unblocked yet.
+/// not unblocked yet: a waiter, or one granted inside `EXEC`, which holds
+/// the lock and so is answered its fence.
 extern "C" fn timeout_cb(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -569,6 +613,15 @@ extern "C" fn timeout_cb(
     guard("unblock", (), || {
         // SAFETY: Redis calls this with the blocked client's context.
         let id = unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)) };
+        if let Some((client, fence)) = take_deferred(id) {
+            let fence = i64::try_from(fence).unwrap_or(i64::MAX);
+            // SAFETY: the reply goes to the client being unblocked.
+            unsafe {
+                raw::RedisModule_ReplyWithLongLong.map(|f| f(ctx, fence));
+            }
+            with(|e| e.replied(id));
+            return client.unblock(None);
+        }
         let waiter = with(|e| e.leave(id));
         // SAFETY: the reply goes to the client being unblocked.
         unsafe {
@@ -595,6 +648,11 @@ extern "C" fn disconnect_cb(
     guard("disconnect", (), || {
         // SAFETY: Redis calls this with a context naming the leaving client.
         let id = unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)) };
+        // Granted inside `EXEC` and not told yet: Redis needs the handle
+        // back; the engine takes the grant back below.
+        if let Some((client, _)) = take_deferred(id) {
+            client.unblock(None);
+        }
         match with(|e| e.gone(id)) {
             Gone::Waiting(waiter) => {
                 stats::WAITING.add(-1);

@@ -6,7 +6,8 @@
 //!
 //! Each round: alice holds `k`, bob waits on it, and a third connection
 //! sends `LOCK.RELEASE k alice` (which hands `k` to bob) with the cut right
-//! behind it in the same pipeline, or a fourth sends the cut at once. Whatever bob sees must match the lock: a fence means he holds
+//! behind it in the same pipeline or the same `MULTI`, or a fourth sends the
+//! cut at once. Whatever bob sees must match the lock: a fence means he holds
 //! `k` with that fence; nil or an error means he does not; a closed
 //! connection means he holds it or nobody does. Bob's next command (`PING`)
 //! must get its own reply, `PONG`, not a second answer to his wait.
@@ -48,6 +49,18 @@ enum Seen {
     Closed,
 }
 
+/// How the cut travels with the release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carrier {
+    /// Right behind it in one pipeline.
+    Pipeline,
+    /// From a fourth connection, at once.
+    Split,
+    /// In one `MULTI`/`EXEC`: queued while bob still waits, run after the
+    /// release granted him `k`.
+    Multi,
+}
+
 /// What each round ended in, for the summary.
 #[derive(Default, Debug)]
 struct Tally {
@@ -74,10 +87,8 @@ fn race_rounds(io_threads: bool) {
 
     for round in 0..ROUNDS {
         let cut = CUTS[round % CUTS.len()];
-        let context = format!(
-            "round {round} ({cut:?}, split {})",
-            (round / CUTS.len()) % 2 == 1
-        );
+        let carrier = [Carrier::Pipeline, Carrier::Split, Carrier::Multi][(round / CUTS.len()) % 3];
+        let context = format!("round {round} ({cut:?}, {carrier:?})");
         let b = bob.get_or_insert_with(|| server.conn());
         let id = b.int(&["CLIENT", "ID"]).to_string();
         c.acquire("k", "alice", LONG)
@@ -89,11 +100,14 @@ fn race_rounds(io_threads: bool) {
             c.lock_info("k").is_some_and(|info| info.waiters == 1)
         });
 
-        // Every other sweep of the cuts, the cut comes from a fourth
-        // connection, sent right behind the release: it lands in the same
-        // or a later turn of the event loop, as it happens.
-        let split = (round / CUTS.len()) % 2 == 1;
+        // Split: the cut comes from a fourth connection, sent right behind
+        // the release: it lands in the same or a later turn of the event
+        // loop, as it happens.
+        let split = carrier == Carrier::Split;
         let mut pipe = redis::pipe();
+        if carrier == Carrier::Multi {
+            pipe.atomic();
+        }
         if !split {
             pipe.cmd("LOCK.RELEASE").arg(&["k", "alice"]);
         }
