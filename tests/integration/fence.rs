@@ -361,8 +361,11 @@ fn a_rewrite_during_a_write_pause_keeps_the_raised_fence_after_the_pause() {
     );
     c.call(&["BGREWRITEAOF"]).expect("BGREWRITEAOF");
     server.wait_for_aof_rewrite();
+    let size = server.info_int("persistence", "aof_current_size");
     assert_eq!(c.value::<String, _>(&["CLIENT", "UNPAUSE"]), "OK");
-    std::thread::sleep(Duration::from_millis(200));
+    wait_until("the record reaches the AOF", Duration::from_secs(5), || {
+        server.info_int("persistence", "aof_current_size") > size
+    });
     server.restart();
     assert_survived(&server, highest, "AOF rewrite during a pause");
 }
