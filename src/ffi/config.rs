@@ -16,7 +16,7 @@ use std::time::Instant;
 use redis_module::{raw, Context};
 
 use crate::args::MAX_MS;
-use crate::ffi::guard;
+use crate::ffi::{create_timer, guard};
 use crate::handoff::Gate;
 use crate::quarantine::{Cause, Mode, Quarantine};
 
@@ -125,7 +125,7 @@ pub fn register(ctx: &Context) -> Result<(), &'static str> {
             return Err("invalid value for lock.max-ttl or lock.quarantine");
         }
         // The event loop's first turn ends the start-up phase.
-        raw::RedisModule_CreateTimer.map(|f| f(ctx.ctx, 0, Some(started), ptr::null_mut()));
+        create_timer(ctx.ctx, 0, started, ptr::null_mut());
     }
     STARTING.set(true);
     begin_quarantine(Cause::Start);

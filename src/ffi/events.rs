@@ -19,7 +19,7 @@ use redis_module::{raw, Context, RedisString};
 
 use crate::ffi::key::LockKey;
 use crate::ffi::{config, datatype};
-use crate::ffi::{guard, now_ms, waiting};
+use crate::ffi::{context_flags, create_timer, guard, now_ms, waiting};
 use crate::{cluster, fence, stats};
 
 thread_local! {
@@ -152,8 +152,7 @@ pub fn cluster_mode() -> bool {
 
 /// Registers the command filter (see [`command_filter`]).
 pub fn watch_commands(ctx: &Context) {
-    // SAFETY: called at module load with its context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx.ctx)) };
+    let flags = context_flags(ctx.ctx);
     CLUSTER_MODE.set(flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0);
     // SAFETY: the filter is a plain function that lives as long as the module.
     unsafe {
@@ -254,11 +253,7 @@ fn server_event(
             }
             config::loading_ended();
             if datatype::V1_LOADED.swap(0, Relaxed) > 0 {
-                // SAFETY: a live context; the timer carries no data.
-                unsafe {
-                    raw::RedisModule_CreateTimer
-                        .map(|f| f(ctx, 0, Some(upgrade_cb), ptr::null_mut()));
-                }
+                create_timer(ctx, 0, upgrade_cb, ptr::null_mut());
             }
             (vec![None], false)
         }

@@ -14,7 +14,7 @@ pub mod waiting;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 
 use redis_module::{logging, raw, RedisString};
@@ -35,6 +35,26 @@ pub fn now_ms() -> u64 {
 pub fn writes_paused() -> bool {
     // SAFETY: takes no arguments; set once the module is initialised.
     unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) != 0 }
+}
+
+/// The context's `REDISMODULE_CTX_FLAGS_*` bits.
+pub(crate) fn context_flags(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    // SAFETY: a live context.
+    unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) }
+}
+
+/// Arms a module timer: `callback` gets `data` back once, in `delay_ms`
+/// (at most [`crate::handoff::MAX_DELAY_MS`]). 0: it could not be armed.
+pub(crate) fn create_timer(
+    ctx: *mut raw::RedisModuleCtx,
+    delay_ms: u64,
+    callback: extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void),
+    data: *mut c_void,
+) -> raw::RedisModuleTimerID {
+    let delay = i64::try_from(delay_ms.min(crate::handoff::MAX_DELAY_MS)).unwrap_or(0);
+    // SAFETY: a live context of this module; `data` is handed back to
+    // `callback` once, when the timer fires.
+    unsafe { raw::RedisModule_CreateTimer.map_or(0, |f| f(ctx, delay, Some(callback), data)) }
 }
 
 /// Runs `body`; if it panics, logs and returns `fallback` instead.

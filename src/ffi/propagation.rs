@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::{raw, Context};
 
 use crate::fence;
-use crate::ffi::{config, guard, now_ms, writes_paused};
+use crate::ffi::{config, context_flags, create_timer, guard, now_ms, writes_paused};
 use crate::handoff::PAUSE_RETRY_MS;
 use crate::quarantine::Cause;
 
@@ -96,13 +96,7 @@ extern "C" fn on_event(
 }
 
 fn arm_record(ctx: *mut raw::RedisModuleCtx, delay_ms: u64) {
-    let delay = i64::try_from(delay_ms).unwrap_or(0);
-    // SAFETY: a live context of this module; the timer carries no data.
-    let id = unsafe {
-        raw::RedisModule_CreateTimer
-            .map_or(0, |f| f(ctx, delay, Some(record_counter), ptr::null_mut()))
-    };
-    if id == 0 {
+    if create_timer(ctx, delay_ms, record_counter, ptr::null_mut()) == 0 {
         RECORD_ARMED.store(false, Ordering::Relaxed);
     }
 }
@@ -116,10 +110,7 @@ extern "C" fn record_counter(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
             return arm_record(ctx, PAUSE_RETRY_MS);
         }
         RECORD_ARMED.store(false, Ordering::Relaxed);
-        // SAFETY: a live context.
-        let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) };
-        let aof = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
-        let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
+        let (aof, master) = aof_and_master(ctx);
         let last = fence::last();
         if !(aof && master && fence::outruns_clock(last, now_ms())) {
             return;
@@ -133,14 +124,21 @@ extern "C" fn record_counter(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     });
 }
 
+/// Whether the AOF is on, and whether this node is a master.
+fn aof_and_master(ctx: *mut raw::RedisModuleCtx) -> (bool, bool) {
+    let flags = context_flags(ctx);
+    (
+        flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0,
+        flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0,
+    )
+}
+
 /// Recomputes [`needed`]: AOF on, or a master with a backlog or replicas.
 fn refresh(ctx: *mut raw::RedisModuleCtx) {
     // SAFETY: a live context; the server info object is freed before return
     // and its fields are read as plain integers.
+    let (aof, master) = aof_and_master(ctx);
     let needed = unsafe {
-        let flags = raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx));
-        let aof = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
-        let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
         let (Some(get), Some(field), Some(free)) = (
             raw::RedisModule_GetServerInfo,
             raw::RedisModule_ServerInfoGetFieldSigned,

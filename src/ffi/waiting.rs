@@ -40,7 +40,7 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::ffi::key::LockKey;
 use crate::ffi::{config, events};
-use crate::ffi::{guard, now_ms, writes_paused};
+use crate::ffi::{context_flags, create_timer, guard, now_ms, writes_paused};
 use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
 use crate::queue::LockName;
@@ -743,18 +743,6 @@ fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<O
 // Small helpers.
 // ---------------------------------------------------------------------------
 
-fn create_timer(
-    ctx: *mut raw::RedisModuleCtx,
-    delay_ms: u64,
-    callback: extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void),
-    data: *mut c_void,
-) -> raw::RedisModuleTimerID {
-    let delay = i64::try_from(delay_ms.min(handoff::MAX_DELAY_MS)).unwrap_or(0);
-    // SAFETY: a live context of this module; `data` is handed back to
-    // `callback` once, when the timer fires.
-    unsafe { raw::RedisModule_CreateTimer.map_or(0, |f| f(ctx, delay, Some(callback), data)) }
-}
-
 fn stop_timer(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModuleTimerID>) {
     if let Some(id) = timer {
         // SAFETY: a live context of this module; deadline timers carry no
@@ -764,11 +752,6 @@ fn stop_timer(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModuleTimer
             raw::RedisModule_StopTimer.map(|f| f(ctx, id, &mut data));
         }
     }
-}
-
-fn context_flags(ctx: *mut raw::RedisModuleCtx) -> c_int {
-    // SAFETY: a live context.
-    unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) }
 }
 
 fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
