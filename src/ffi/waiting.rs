@@ -394,13 +394,18 @@ fn revoke(ctx: &Context, grant: &InFlight) {
     let key_name = RedisString::create_from_slice(ctx.ctx, &grant.name.1);
     let key = LockKey::open_in_timer(ctx, &key_name);
     if lock::revocable(key.current().ok().flatten(), &grant.owner, grant.fence) {
-        inline(|| {
-            key.delete();
-            key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
-        });
-        drop(key);
-        serve(ctx, &grant.name, false);
+        delete_and_serve(ctx, key, &grant.name);
     }
+}
+
+/// Deletes the lock in `key` (as `DEL` would) and serves `name`'s next waiter.
+fn delete_and_serve(ctx: &Context, key: LockKey, name: &LockName) {
+    inline(|| {
+        key.delete();
+        key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+    });
+    drop(key);
+    serve(ctx, name, false);
 }
 
 /// Puts back the lease of a lock whose TTL another command changed, or
@@ -420,14 +425,7 @@ fn fix_ttl(ctx: &Context, name: &LockName) {
             let timer = with(|e| e.lease_moved(name, at, now_ms()));
             arm_lease_check(ctx.ctx, timer);
         }
-        TtlFix::Delete => {
-            inline(|| {
-                key.delete();
-                key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
-            });
-            drop(key);
-            serve(ctx, name, false);
-        }
+        TtlFix::Delete => delete_and_serve(ctx, key, name),
     }
 }
 
@@ -614,19 +612,12 @@ extern "C" fn timeout_cb(
         // SAFETY: Redis calls this with the blocked client's context.
         let id = unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)) };
         if let Some((client, fence)) = take_deferred(id) {
-            let fence = i64::try_from(fence).unwrap_or(i64::MAX);
-            // SAFETY: the reply goes to the client being unblocked.
-            unsafe {
-                raw::RedisModule_ReplyWithLongLong.map(|f| f(ctx, fence));
-            }
+            reply(ctx, Some(&Outcome::Granted(fence)));
             with(|e| e.replied(id));
             return client.unblock(None);
         }
         let waiter = with(|e| e.leave(id));
-        // SAFETY: the reply goes to the client being unblocked.
-        unsafe {
-            raw::RedisModule_ReplyWithNull.map(|f| f(ctx));
-        }
+        reply(ctx, Some(&Outcome::TimedOut));
         if let Some(waiter) = waiter {
             stats::WAITING.add(-1);
             stop_timer(ctx, waiter.handle.deadline);
@@ -675,27 +666,38 @@ extern "C" fn reply_cb(
     guard("reply", (), || {
         // SAFETY: Redis calls this with the unblocked client's context and
         // the private data we passed to RedisModule_UnblockClient.
-        unsafe {
+        let outcome = unsafe {
             let id = raw::RedisModule_GetClientId.map_or(0, |f| f(ctx));
             with(|e| e.replied(id));
-            let outcome = raw::RedisModule_GetBlockedClientPrivateData
+            raw::RedisModule_GetBlockedClientPrivateData
                 .map_or(ptr::null_mut(), |f| f(ctx))
-                .cast::<Outcome>();
-            match outcome.as_ref() {
-                Some(Outcome::Granted(fence)) => {
-                    let fence = i64::try_from(*fence).unwrap_or(i64::MAX);
-                    raw::RedisModule_ReplyWithLongLong.map(|f| f(ctx, fence));
-                }
-                Some(Outcome::Redirect(error)) => {
-                    raw::RedisModule_ReplyWithError.map(|f| f(ctx, error.as_ptr()));
-                }
-                Some(Outcome::TimedOut) | None => {
-                    raw::RedisModule_ReplyWithNull.map(|f| f(ctx));
-                }
-            }
-        }
+                .cast::<Outcome>()
+                .as_ref()
+        };
+        reply(ctx, outcome);
     });
     raw::Status::Ok as c_int
+}
+
+/// Writes `outcome` as the reply of the client of `ctx`: its fence, an
+/// error, or nil (`None` too).
+fn reply(ctx: *mut raw::RedisModuleCtx, outcome: Option<&Outcome>) {
+    // SAFETY: a context whose client is being answered; the error text is a
+    // C string that outlives the call.
+    unsafe {
+        match outcome {
+            Some(Outcome::Granted(fence)) => {
+                let fence = i64::try_from(*fence).unwrap_or(i64::MAX);
+                raw::RedisModule_ReplyWithLongLong.map(|f| f(ctx, fence));
+            }
+            Some(Outcome::Redirect(error)) => {
+                raw::RedisModule_ReplyWithError.map(|f| f(ctx, error.as_ptr()));
+            }
+            Some(Outcome::TimedOut) | None => {
+                raw::RedisModule_ReplyWithNull.map(|f| f(ctx));
+            }
+        }
+    }
 }
 
 /// Frees the private data given to `RedisModule_UnblockClient`.
