@@ -141,10 +141,16 @@ pub fn serving_inline() -> bool {
 /// Runs `body` (a command freeing a lock and serving it) with the pump for
 /// its own notifications turned off.
 pub fn inline<R>(body: impl FnOnce() -> R) -> R {
-    let before = SERVING_INLINE.replace(true);
-    let result = body();
-    SERVING_INLINE.set(before);
-    result
+    /// Puts the flag back even if `body` panics (the panic is caught at the
+    /// boundary; a flag left set would leave later frees unserved).
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERVING_INLINE.set(self.0);
+        }
+    }
+    let _restore = Restore(SERVING_INLINE.replace(true));
+    body()
 }
 
 // ---------------------------------------------------------------------------
