@@ -1,14 +1,17 @@
-//! What the module hears from the server: keyspace notifications and the
-//! flush, swap-db and loading server events.
+//! What the module hears from the server: keyspace notifications, the
+//! flush, swap-db and loading server events, and every command (a filter).
 //!
-//! Three uses. (1) A lock with waiters can be freed by any command (`DEL`,
+//! Four uses. (1) A lock with waiters can be freed by any command (`DEL`,
 //! `RENAME`, `MOVE`, eviction, a flush…): every notification about such a
-//! key schedules a look at it ([`waiting::schedule`]); callbacks must not
-//! write, so the hand-off itself runs later, on a timer. (2) Redis tells a
-//! data type that a key left the keyspace (`unlink2`) but not why; the
-//! `expired` notification that follows tells why: pairing the two counts
-//! leases that ended while held. (3) At the end of loading, the fence
-//! counter is re-based on the clock (see [`on_server_event`]).
+//! key reports it to [`waiting::freed_by_event`], and a `persist`, `expire`
+//! or `restore` of a lock to [`waiting::ttl_changed`]; callbacks must not
+//! write, so the work runs right after the command (see `waiting`). (2)
+//! Redis tells a data type that a key left the keyspace (`unlink2`) but not
+//! why; the `expired` notification that follows tells why: pairing the two
+//! counts leases that ended while held. (3) At the end of loading, the fence
+//! counter is re-based on the clock (see [`on_server_event`]). (4) The
+//! command filter keeps `CLIENT UNBLOCK` off clients whose grant is on its
+//! way ([`command_filter`]).
 
 use std::cell::{Cell, RefCell};
 use std::os::raw::{c_char, c_int, c_void};
@@ -24,7 +27,7 @@ use crate::{cluster, fence, stats};
 
 thread_local! {
     /// Whether the load under way is the server's own AOF.
-    static LOADING_AOF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static LOADING_AOF: Cell<bool> = const { Cell::new(false) };
     /// The last lock key unlinked (db, name), on the main thread. Its buffer
     /// is reused, so tracking costs no allocation per deletion.
     /// When (unix ms) is kept too: Redis sends `expired` right after the
