@@ -108,7 +108,10 @@ impl Client {
             .query(&conn::acquire(key, &owner, ttl_ms, None))
             .await?;
         match fence {
-            Some(fence) => Ok(self.guard(key, owner, fence, opts, deadline(sent, opts.ttl()))),
+            Some(fence) => {
+                let deadline = deadline(sent, opts.ttl());
+                Ok(self.guard(key, owner, fence, opts, ttl_ms, deadline))
+            }
             None => Err(Error::WouldBlock),
         }
     }
@@ -151,7 +154,8 @@ impl Client {
         // The grant came somewhere between the send and now; its lease ends
         // at least `ttl` after the send. After a long wait, renew at once
         // to know the deadline closely.
-        let mut guard = self.guard(key, owner.clone(), fence, opts, deadline(sent, opts.ttl()));
+        let deadline = deadline(sent, opts.ttl());
+        let mut guard = self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline);
         if sent.elapsed() > opts.ttl() / 3 {
             guard.renew().await?;
         }
@@ -181,6 +185,7 @@ impl Client {
         owner: String,
         fence: u64,
         opts: &LockOptions,
+        ttl_ms: u64,
         deadline: Instant,
     ) -> Guard {
         let ctx = Context {
@@ -188,8 +193,6 @@ impl Client {
             tasks: self.inner.tasks.clone(),
             runtime: tokio::runtime::Handle::current(),
         };
-        // ttl_ms was checked by the caller.
-        let ttl_ms = opts.ttl_ms().unwrap_or(1);
         Guard::start(
             ctx,
             key.to_string(),
