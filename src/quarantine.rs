@@ -10,6 +10,8 @@
 //! Pure: time is the monotonic clock in ms, passed in (a wall clock that
 //! jumps must not shorten the quarantine).
 
+use std::ffi::CStr;
+
 use crate::handoff::Gate;
 
 /// When a quarantine applies (`lock.quarantine`).
@@ -26,7 +28,7 @@ pub enum Mode {
 
 impl Mode {
     /// The config's words, in the order of their numbers.
-    pub const NAMES: [&'static str; 3] = ["always", "promotion", "never"];
+    pub const NAMES: [&'static CStr; 3] = [c"always", c"promotion", c"never"];
 
     pub fn from_index(i: i32) -> Option<Mode> {
         match i {
@@ -153,7 +155,7 @@ mod tests {
     #[test]
     fn modes_round_trip_through_their_config_numbers() {
         for (i, name) in Mode::NAMES.iter().enumerate() {
-            let mode = Mode::from_index(i as i32).expect(name);
+            let mode = Mode::from_index(i as i32).unwrap_or_else(|| panic!("{name:?}"));
             assert_eq!(mode.index(), i as i32);
         }
         assert_eq!(Mode::from_index(3), None);

@@ -80,10 +80,7 @@ pub fn loading_ended() {
 pub fn register(ctx: &Context) -> Result<(), &'static str> {
     let ok = raw::Status::Ok as c_int;
     let flags = raw::REDISMODULE_CONFIG_DEFAULT;
-    let names: Vec<*const c_char> = [c"always", c"promotion", c"never"]
-        .iter()
-        .map(|name| name.as_ptr())
-        .collect();
+    let names: Vec<*const c_char> = Mode::NAMES.iter().map(|name| name.as_ptr()).collect();
     let values: Vec<c_int> = (0..Mode::NAMES.len() as c_int).collect();
     // SAFETY: module load, with its context; names are static C strings, the
     // enum arrays outlive the call (Redis copies them), and the callbacks
