@@ -1,6 +1,5 @@
 //! Redis Cluster facts the module needs, pure: a key's hash slot, where a
-//! key this node does not have lives (from `CLUSTER NODES`), and the target
-//! of a `CLIENT UNBLOCK`.
+//! key this node does not have lives (from `CLUSTER NODES`).
 //!
 //! When a slot moves while clients wait on one of its locks, `MIGRATE`
 //! deletes the lock here and recreates it on the target node — whether it
@@ -77,22 +76,6 @@ fn covers(range: &str, slot: u16) -> bool {
     }
 }
 
-/// The client id a `CLIENT UNBLOCK id [TIMEOUT|ERROR]` names, read as the
-/// server reads it (strict decimal); `None` for any other command.
-pub fn client_unblock_target<A: AsRef<[u8]>>(args: &[A]) -> Option<u64> {
-    let [name, sub, id, rest @ ..] = args else {
-        return None;
-    };
-    let is_unblock = name.as_ref().eq_ignore_ascii_case(b"CLIENT")
-        && sub.as_ref().eq_ignore_ascii_case(b"UNBLOCK")
-        && rest.len() <= 1;
-    if !is_unblock {
-        return None;
-    }
-    let id = std::str::from_utf8(id.as_ref()).ok()?;
-    id.parse::<u64>().ok().filter(|n| n.to_string() == id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,12 +98,6 @@ mod tests {
         assert_eq!(key_slot(b"{order"), crc16(b"{order") % SLOTS);
     }
 
-    fn v(line: &str) -> Vec<&[u8]> {
-        line.split(' ')
-            .map(|s| if s == "\"\"" { &b""[..] } else { s.as_bytes() })
-            .collect()
-    }
-
     const NODES: &str = "\
 a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [42->-b2] [99-<-c3]
 b2 127.0.0.1:7001@17001,host-b master - 0 1 2 connected 5461-10922
@@ -141,23 +118,5 @@ d4 127.0.0.1:7003@17003 slave a1 0 1 1 connected
             assert_eq!(redirection(NODES, slot).as_deref(), want, "slot {slot}");
         }
         assert_eq!(redirection("", 5), None);
-    }
-
-    #[test]
-    fn client_unblock_names_its_target() {
-        let table = [
-            ("CLIENT UNBLOCK 42", Some(42)),
-            ("client unblock 42 error", Some(42)),
-            ("CLIENT UNBLOCK 42 TIMEOUT", Some(42)),
-            ("CLIENT UNBLOCK 042", None),
-            ("CLIENT UNBLOCK +42", None),
-            ("CLIENT UNBLOCK x", None),
-            ("CLIENT UNBLOCK 42 ERROR extra", None),
-            ("CLIENT KILL ID 42", None),
-            ("CLIENT UNBLOCK", None),
-        ];
-        for (line, want) in table {
-            assert_eq!(client_unblock_target(&v(line)), want, "{line}");
-        }
     }
 }

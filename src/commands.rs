@@ -31,7 +31,7 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
             waiting::serve_now(ctx, &name);
         }
         let mut key = LockKey::open(ctx, &key_name, true);
-        let now = now_ms();
+        let now = key.now();
         let current = key.current()?;
         let holder_until = current
             .filter(|lock| lock.is_live(now))
@@ -100,7 +100,7 @@ pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_reenter(argv, config::max_ttl())?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
-        let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, now_ms())?;
+        let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, key.now())?;
         key.apply(req.owner, hold, req.ttl_ms.is_some());
         key.notify(NOTIFY_MODULE, c"lock.reenter");
         stats::REENTERED.incr();
@@ -118,7 +118,7 @@ pub fn release(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_release(argv)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
-        let remaining = lock::release(key.current()?, req.owner, req.all, now_ms())?;
+        let remaining = lock::release(key.current()?, req.owner, req.all, key.now())?;
         stats::RELEASED.incr();
         waiting::owner_active(ctx, &key_name, req.owner);
         match remaining {
@@ -149,7 +149,7 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_renew(argv, config::max_ttl())?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
-        let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, now_ms())?;
+        let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, key.now())?;
         key.apply(req.owner, hold, true);
         key.notify(NOTIFY_MODULE, c"lock.renew");
         stats::RENEWED.incr();
@@ -163,11 +163,10 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
 /// `min-fence`; every fence this server issues afterwards is higher.
 pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.FENCE", input, |argv| {
-        let now = now_ms();
-        let req = args::parse_fence(argv, now)?;
+        let req = args::parse_fence(argv, now_ms())?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, true);
-        let hold = lock::fence(key.current()?, req.owner, req.min_fence, now)?;
+        let hold = lock::fence(key.current()?, req.owner, req.min_fence, key.now())?;
         key.apply(req.owner, hold, false);
         // Replicas and the AOF raise their counter as they apply it
         // (`LOCK.APPLY` observes the fence it carries).
@@ -185,7 +184,7 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
         args::parse_info(argv)?;
         let key_name = input.key()?;
         let key = LockKey::open(ctx, &key_name, false);
-        let now = now_ms();
+        let now = key.now();
         let Some(lock) = key.current()?.filter(|lock| lock.is_live(now)) else {
             return Ok(RedisValue::Null);
         };

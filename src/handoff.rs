@@ -25,6 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
+use crate::lock;
 use crate::queue::{LockName, WaitQueues};
 
 /// The longest timer delay: 2^40 ms, as `ttl-ms` (a timer further away
@@ -49,14 +50,17 @@ pub struct Waiter<H> {
 pub enum Key {
     /// No key: the lock is free.
     Free,
-    /// A lock whose hold ends at `until` (unix ms; ended if `until <= now`).
+    /// A lock whose hold runs through `until` (unix ms; ended once
+    /// [`lock::ended`], as Redis expires a key once now is past its time).
     Held { until: u64 },
     /// A value of another type (a `SET` overwrote the lock), expiring at
-    /// `until` if it has a TTL. Waiters wait for it to go, as `BLPOP` does.
+    /// `until` (gone once now is past it) if it has a TTL. Waiters wait
+    /// for it to go, as `BLPOP` does.
     Foreign { until: Option<u64> },
 }
 
-/// A lease check to arm: look at `name` again in `delay_ms` (at `at`).
+/// A lease check to arm: look at `name` again in `delay_ms` (at `at`, the
+/// first millisecond at which the hold has ended).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timer {
     pub name: LockName,
@@ -73,7 +77,8 @@ pub struct Grant<H> {
     /// The previous hold's lease has ended but its key is still there: the
     /// glue frees it (as the expiry Redis would run) before writing.
     pub end_previous: bool,
-    /// The new hold's lease end.
+    /// The new hold's lease end: the waiter's ttl from now, at most the
+    /// lease cap in force now ([`Engine::cap_leases`]).
     pub until: u64,
     /// Clients still wait: check again at the new lease's end.
     pub then: Option<Timer>,
@@ -128,7 +133,8 @@ pub enum Gone<H> {
 pub struct Pending {
     /// Grants to take back (first, so the lock can go to the next waiter).
     pub revokes: Vec<InFlight>,
-    /// Locks whose TTL someone else changed: put the lease back.
+    /// Locks whose TTL someone else changed: put the lease back. (Each
+    /// once: [`Engine`] keeps a set beside it, so a report costs O(1).)
     pub ttl_fixes: Vec<LockName>,
     /// Locks that may have freed, in the order they were reported.
     pub serves: Vec<LockName>,
@@ -140,7 +146,12 @@ pub struct Pending {
 pub struct Engine<H> {
     queues: WaitQueues<Waiter<H>>,
     pending: Pending,
+    /// The locks in `pending.serves`, for O(1) "already pending?".
     pending_set: HashSet<LockName>,
+    /// The locks in `pending.ttl_fixes`, likewise.
+    fixes_set: HashSet<LockName>,
+    /// The longest lease a grant may give (`lock.max-ttl`; `None`: no cap).
+    lease_cap: Option<u64>,
     /// A pump (post-notification job or 0 ms timer) is armed.
     pump_armed: bool,
     /// The pause retry timer is armed.
@@ -156,6 +167,8 @@ impl<H> Default for Engine<H> {
             queues: WaitQueues::default(),
             pending: Pending::default(),
             pending_set: HashSet::new(),
+            fixes_set: HashSet::new(),
+            lease_cap: None,
             pump_armed: false,
             retry_armed: false,
             lease_checks: HashMap::new(),
@@ -175,6 +188,8 @@ impl<H: Hash> Hash for Engine<H> {
         self.queues.hash(state);
         self.pending.hash(state);
         sorted(self.pending_set.iter()).hash(state);
+        sorted(self.fixes_set.iter()).hash(state);
+        self.lease_cap.hash(state);
         self.pump_armed.hash(state);
         self.retry_armed.hash(state);
         sorted(self.lease_checks.iter()).hash(state);
@@ -264,17 +279,25 @@ impl<H> Engine<H> {
     /// Something else changed the TTL of the lock `name`: fix it at the next
     /// pump. `true`: arm the pump.
     pub fn ttl_changed(&mut self, name: LockName) -> bool {
-        if self.pending.ttl_fixes.contains(&name) {
+        if !self.fixes_set.insert(name.clone()) {
             return false;
         }
         self.pending.ttl_fixes.push(name);
         self.arm_pump()
     }
 
+    /// The longest lease a grant may give from now on (`None`: no cap): a
+    /// client already waiting with a longer ttl gets at most this when it
+    /// is granted, so no lease outlives a cap lowered while it waited.
+    pub fn cap_leases(&mut self, cap_ms: Option<u64>) {
+        self.lease_cap = cap_ms;
+    }
+
     /// The pump runs: everything pending, in order.
     pub fn take_pending(&mut self) -> Pending {
         self.pump_armed = false;
         self.pending_set.clear();
+        self.fixes_set.clear();
         std::mem::take(&mut self.pending)
     }
 
@@ -283,6 +306,9 @@ impl<H> Engine<H> {
     pub fn defer(&mut self, work: Pending, retry_in_ms: u64) -> Option<u64> {
         for name in &work.serves {
             self.pending_set.insert(name.clone());
+        }
+        for name in &work.ttl_fixes {
+            self.fixes_set.insert(name.clone());
         }
         let mut work = work;
         work.revokes.append(&mut self.pending.revokes);
@@ -297,8 +323,8 @@ impl<H> Engine<H> {
         self.retry_armed = false;
     }
 
-    /// The hold on `name` now ends at `until` (a renewal, a reentry, a TTL
-    /// put back): if clients wait, check it then.
+    /// The hold on `name` now runs through `until` (a renewal, a reentry, a
+    /// TTL put back or shortened): if clients wait, check it once it ends.
     pub fn lease_moved(&mut self, name: &LockName, until: u64, now: u64) -> Option<Timer> {
         if !self.queues.has_waiters(name) {
             return None;
@@ -328,13 +354,11 @@ impl<H> Engine<H> {
             };
         }
         let end_previous = match key {
-            Key::Held { until } if until > now => {
+            Key::Held { until } if !lock::ended(until, now) => {
                 return Serve::Wait(self.arm_lease_check(name.clone(), until, now));
             }
-            // Redis expires a key once its time has passed (now > expiry).
             Key::Foreign { until } => {
-                let timer = until
-                    .and_then(|at| self.arm_lease_check(name.clone(), at.saturating_add(1), now));
+                let timer = until.and_then(|at| self.arm_lease_check(name.clone(), at, now));
                 return Serve::Wait(timer);
             }
             Key::Held { .. } => true,
@@ -343,7 +367,10 @@ impl<H> Engine<H> {
         let Some((id, waiter)) = self.queues.pop(name) else {
             return Serve::Wait(None);
         };
-        let until = now.saturating_add(waiter.ttl_ms);
+        let ttl_ms = self
+            .lease_cap
+            .map_or(waiter.ttl_ms, |cap| waiter.ttl_ms.min(cap));
+        let until = now.saturating_add(ttl_ms);
         let then = if self.queues.has_waiters(name) {
             self.arm_lease_check(name.clone(), until, now)
         } else {
@@ -423,11 +450,13 @@ impl<H> Engine<H> {
 
     // --- timers ----------------------------------------------------------
 
-    /// A lease check of `name` at `at`, unless one as early is armed.
-    fn arm_lease_check(&mut self, name: LockName, at: u64, now: u64) -> Option<Timer> {
-        if at == u64::MAX {
+    /// A check of `name` once a hold running through `until` has ended
+    /// (the next millisecond), unless one as early is armed.
+    fn arm_lease_check(&mut self, name: LockName, until: u64, now: u64) -> Option<Timer> {
+        if until == u64::MAX {
             return None; // "never": nothing to check
         }
+        let at = lock::first_ended_ms(until);
         if self
             .lease_checks
             .get(&name)
@@ -506,8 +535,10 @@ mod tests {
         // (key seen, grant?, lease check armed at)
         let table = [
             (Key::Free, true, None),
-            (Key::Held { until: NOW }, true, None), // lease ended exactly now
-            (Key::Held { until: NOW + 50 }, false, Some(NOW + 50)),
+            (Key::Held { until: NOW - 1 }, true, None), // ended: now is past it
+            // Its last millisecond: Redis still has the key; checked next ms.
+            (Key::Held { until: NOW }, false, Some(NOW + 1)),
+            (Key::Held { until: NOW + 50 }, false, Some(NOW + 51)),
             (
                 Key::Foreign {
                     until: Some(NOW + 5),
@@ -610,13 +641,14 @@ mod tests {
                 .ok()
                 .flatten()
         };
-        assert_eq!(p(&mut e, 1, NOW + 50), Some((NOW + 50, 50)));
-        assert_eq!(p(&mut e, 2, NOW + 80), None); // a check at +50 comes first
-        assert_eq!(p(&mut e, 3, NOW + 20), Some((NOW + 20, 20)));
-        e.lease_check_fired(&name("k"), NOW + 50); // a stale timer: no effect
+        // A hold through `until` is checked at until + 1, once it has ended.
+        assert_eq!(p(&mut e, 1, NOW + 50), Some((NOW + 51, 51)));
+        assert_eq!(p(&mut e, 2, NOW + 80), None); // a check at +51 comes first
+        assert_eq!(p(&mut e, 3, NOW + 20), Some((NOW + 21, 21)));
+        e.lease_check_fired(&name("k"), NOW + 51); // a stale timer: no effect
         assert_eq!(p(&mut e, 4, NOW + 30), None);
-        e.lease_check_fired(&name("k"), NOW + 20);
-        assert_eq!(p(&mut e, 5, NOW + 30), Some((NOW + 30, 30)));
+        e.lease_check_fired(&name("k"), NOW + 21);
+        assert_eq!(p(&mut e, 5, NOW + 30), Some((NOW + 31, 31)));
         assert_eq!(p(&mut e, 6, u64::MAX), None);
     }
 
@@ -626,8 +658,44 @@ mod tests {
         assert_eq!(e.lease_moved(&name("k"), NOW + 10, NOW), None);
         park(&mut e, "k", 1);
         let timer = e.lease_moved(&name("k"), NOW + 10, NOW);
-        assert_eq!(timer.map(|t| t.at), Some(NOW + 10));
+        assert_eq!(timer.map(|t| t.at), Some(NOW + 11));
         assert_eq!(e.waiters(&name("k")), 1); // never a grant
+    }
+
+    #[test]
+    fn a_waiter_granted_after_the_cap_was_lowered_gets_at_most_the_cap() {
+        // (cap in force at the grant, the waiter's ttl, the lease it gets)
+        let table = [
+            (None, 100, 100),
+            (Some(1_000), 100, 100),
+            (Some(40), 100, 40),
+        ];
+        for (cap, ttl_ms, want) in table {
+            let mut e = Engine::default();
+            let w = Waiter {
+                ttl_ms,
+                ..waiter(1)
+            };
+            assert!(e.park(name("k"), 1, w, None, NOW).is_ok());
+            e.cap_leases(cap);
+            let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+            assert_eq!(g.until, NOW + want, "cap {cap:?}, ttl {ttl_ms}");
+        }
+    }
+
+    #[test]
+    fn many_ttl_changes_are_each_pending_once() {
+        let mut e: Engine<Handle> = Engine::default();
+        assert!(e.ttl_changed(name("a")), "the first report arms the pump");
+        assert!(!e.ttl_changed(name("b")));
+        assert!(!e.ttl_changed(name("a")), "already pending");
+        let work = e.take_pending();
+        assert_eq!(work.ttl_fixes, [name("a"), name("b")]);
+        assert!(e.ttl_changed(name("a")), "pending again after the pump ran");
+        // Deferred work is still known as pending.
+        let work = e.take_pending();
+        assert_eq!(e.defer(work, 2), Some(2));
+        assert!(!e.ttl_changed(name("a")));
     }
 
     #[test]
@@ -646,7 +714,7 @@ mod tests {
         park(&mut e, "k", 1);
         park(&mut e, "k", 2);
         let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
-        assert_eq!(g.then.map(|t| t.at), Some(NOW + 100));
+        assert_eq!(g.then.map(|t| t.at), Some(NOW + 101));
         let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
         assert_eq!(g.then, None);
     }

@@ -6,7 +6,7 @@
 //! | file | what lives there | touches Redis? |
 //! |---|---|---|
 //! | [`args`] | argument vectors → typed requests, every §9 rule | no |
-//! | [`cluster`] | hash slots, `MIGRATE` and `CLIENT UNBLOCK` arguments | no |
+//! | [`cluster`] | hash slots and `MIGRATE` arguments | no |
 //! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes | no |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
 //! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion | no |
@@ -62,7 +62,7 @@ mod registration {
             return Status::Err;
         }
         ffi::register_info(ctx.ctx);
-        ffi::events::watch_commands(ctx);
+        ffi::events::note_cluster_mode(ctx);
         match ffi::events::subscribe(ctx).and_then(|()| ffi::propagation::watch(ctx)) {
             Ok(()) => Status::Ok,
             Err(why) => {

@@ -29,7 +29,7 @@ pub struct Lock<'a> {
 impl Lock<'_> {
     /// Whether the lease is still running at `now_ms`.
     pub fn is_live(&self, now_ms: u64) -> bool {
-        self.hold.expires_at > now_ms
+        !ended(self.hold.expires_at, now_ms)
     }
 }
 
@@ -169,6 +169,20 @@ pub fn revocable(current: Option<Lock>, owner: &[u8], fence: u64) -> bool {
         .is_some_and(|lock| lock.owner == owner && lock.hold.fence == fence && lock.hold.count == 1)
 }
 
+/// Whether a hold (or a key) whose time is `until` has ended at `now_ms`:
+/// once now is past it, the definition Redis uses to expire a key. The one
+/// definition everywhere, so that whenever the module calls a lock over,
+/// Redis has also expired its key, and the other way round.
+pub fn ended(until: u64, now_ms: u64) -> bool {
+    now_ms > until
+}
+
+/// The first millisecond at which a hold running through `until` has
+/// ended: when a check of it is due.
+pub fn first_ended_ms(until: u64) -> u64 {
+    until.saturating_add(1)
+}
+
 /// When a hold ends, from its stored lease end (`0`: not known, a value
 /// from encoding version 1) and the key's expiry: the earlier of the two. A
 /// TTL shorter than the lease ends the hold early (an operator forcing it
@@ -197,7 +211,7 @@ pub enum TtlFix {
 /// Decides [`TtlFix`] for a lock with `stored_lease` whose key now expires
 /// at `key_expiry`, at `now_ms`.
 pub fn ttl_fix(stored_lease: u64, key_expiry: Option<u64>, now_ms: u64) -> TtlFix {
-    if lease_end(stored_lease, key_expiry) <= now_ms {
+    if ended(lease_end(stored_lease, key_expiry), now_ms) {
         return TtlFix::Delete;
     }
     match key_expiry {
@@ -255,7 +269,7 @@ mod tests {
 
     #[test]
     fn acquire_after_lease_end_is_fresh() {
-        let got = acquire(lock("a", 3, NOW), b"b", 10, NOW, Barriers::NONE, || 10).unwrap();
+        let got = acquire(lock("a", 3, NOW - 1), b"b", 10, NOW, Barriers::NONE, || 10).unwrap();
         assert_eq!(
             got,
             Acquire::Fresh(Hold {
@@ -301,8 +315,8 @@ mod tests {
         // (lock now, barriers, what the caller "a" gets)
         let cases = [
             (None, waiters, Acquire::Busy),
-            (lock("b", 1, NOW), waiters, Acquire::Busy), // lease ended: free
-            (lock("a", 1, NOW + 5), waiters, reentered), // the holder reenters
+            (lock("b", 1, NOW - 1), waiters, Acquire::Busy), // lease ended: free
+            (lock("a", 1, NOW + 5), waiters, reentered),     // the holder reenters
             (None, quarantined, Acquire::Busy),
             (lock("a", 1, NOW + 5), quarantined, Acquire::Busy),
             (None, Barriers::NONE, fresh),
@@ -352,7 +366,7 @@ mod tests {
     fn reenter_never_acquires() {
         assert_eq!(reenter(None, b"a", None, NOW), Err(LockError::NotOwner));
         assert_eq!(
-            reenter(lock("a", 1, NOW), b"a", Some(5), NOW),
+            reenter(lock("a", 1, NOW - 1), b"a", Some(5), NOW),
             Err(LockError::NotOwner)
         );
         assert_eq!(
@@ -379,8 +393,8 @@ mod tests {
         let table = [
             (None, "free lock"),
             (lock("b", 1, NOW + 5), "other owner"),
-            (lock("a", 1, NOW), "lease ended exactly now"),
-            (lock("a", 1, NOW - 1), "lease ended before"),
+            (lock("a", 1, NOW - 1), "lease ended: now is past it"),
+            (lock("a", 1, NOW - 9), "lease ended before"),
         ];
         for (cur, case) in table {
             assert_eq!(
@@ -481,8 +495,9 @@ mod tests {
             (NOW + 10, None, TtlFix::Restore(NOW + 10)),
             (NOW + 10, Some(NOW + 50), TtlFix::Restore(NOW + 10)),
             (NOW - 1, None, TtlFix::Delete), // RESTORE of a lock whose lease ended
-            (NOW, Some(NOW + 50), TtlFix::Delete),
-            (0, Some(NOW + 50), TtlFix::Keep), // version 1: nothing to restore from
+            (NOW - 1, Some(NOW + 50), TtlFix::Delete),
+            (NOW, Some(NOW + 50), TtlFix::Restore(NOW)), // its last millisecond
+            (0, Some(NOW + 50), TtlFix::Keep),           // version 1: nothing to restore from
             (0, None, TtlFix::Delete),
         ];
         for (lease, expiry, want) in table {

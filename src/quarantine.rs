@@ -13,6 +13,7 @@
 use std::ffi::CStr;
 
 use crate::handoff::Gate;
+use crate::lock;
 
 /// When a quarantine applies (`lock.quarantine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +74,11 @@ impl Quarantine {
         if !applies || max_ttl_ms == 0 {
             return false;
         }
-        self.until = self.until.max(now.saturating_add(max_ttl_ms));
+        // A hold granted up to `now` with a lease of at most `max_ttl_ms`
+        // runs through `now + max_ttl_ms`: it has ended one ms later.
+        self.until = self
+            .until
+            .max(lock::first_ended_ms(now.saturating_add(max_ttl_ms)));
         true
     }
 
@@ -115,7 +120,8 @@ mod tests {
                 starts,
                 "{mode:?} {cause:?}"
             );
-            let want = if starts { 1_000 } else { 0 };
+            // Through the last ms of a lease granted now: 1,000 + 1.
+            let want = if starts { 1_001 } else { 0 };
             assert_eq!(q.remaining(NOW), want, "{mode:?} {cause:?}");
         }
     }
@@ -132,9 +138,10 @@ mod tests {
         let mut q = Quarantine::default();
         q.begin(Cause::Start, Mode::Always, 1_000, NOW);
         let table = [
-            (NOW, Gate::Closed { retry_in_ms: 1_000 }),
-            (NOW + 999, Gate::Closed { retry_in_ms: 1 }),
-            (NOW + 1_000, Gate::Open),
+            (NOW, Gate::Closed { retry_in_ms: 1_001 }),
+            // A lease of 1,000 granted at NOW still runs in this ms.
+            (NOW + 1_000, Gate::Closed { retry_in_ms: 1 }),
+            (NOW + 1_001, Gate::Open),
             (NOW + 50_000, Gate::Open),
         ];
         for (now, gate) in table {
@@ -147,9 +154,9 @@ mod tests {
         let mut q = Quarantine::default();
         q.begin(Cause::Start, Mode::Always, 1_000, NOW);
         q.begin(Cause::Promotion, Mode::Always, 10, NOW + 100); // shorter: kept
-        assert_eq!(q.remaining(NOW), 1_000);
+        assert_eq!(q.remaining(NOW), 1_001);
         q.begin(Cause::Promotion, Mode::Always, 2_000, NOW + 100);
-        assert_eq!(q.remaining(NOW), 2_100);
+        assert_eq!(q.remaining(NOW), 2_101);
     }
 
     #[test]

@@ -203,7 +203,7 @@ impl State {
     fn believers(&self) -> usize {
         self.beliefs
             .iter()
-            .filter(|b| b.is_some_and(|until| until > self.now))
+            .filter(|b| b.is_some_and(|until| !lock::ended(until, self.now)))
             .count()
     }
 }

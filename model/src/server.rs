@@ -845,7 +845,7 @@ impl State {
             .iter()
             .filter_map(|c| c.holds[lock])
             .filter(|&(fence, until)| {
-                until > self.now && !self.forced.contains(&(lock as u8, fence))
+                !lock::ended(until, self.now) && !self.forced.contains(&(lock as u8, fence))
             })
             .count()
     }
@@ -1115,7 +1115,7 @@ impl Model for ServerModel {
                         || (0..s.keys.len()).all(|l| {
                             !s.engine.has_waiters(&name(l))
                                 || match s.keys[l] {
-                                    Slot::Lock { lease, .. } => lease > s.now,
+                                    Slot::Lock { lease, .. } => !lock::ended(lease, s.now),
                                     Slot::Foreign { .. } => true,
                                     Slot::Empty => false,
                                 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 use redis_module::{raw, Context};
 
 use crate::args::MAX_MS;
-use crate::ffi::{create_timer, guard};
+use crate::ffi::{create_timer, guard, waiting};
 use crate::handoff::Gate;
 use crate::quarantine::{Cause, Mode, Quarantine};
 
@@ -149,7 +149,9 @@ extern "C" fn set_max_ttl(
 ) -> c_int {
     // The server has checked the range (0..=2^40) already.
     guard("config set", (), || {
-        MAX_TTL.store(u64::try_from(value).unwrap_or(0), Relaxed)
+        let max_ttl = u64::try_from(value).unwrap_or(0);
+        MAX_TTL.store(max_ttl, Relaxed);
+        waiting::cap_leases(max_ttl);
     });
     raw::Status::Ok as c_int
 }

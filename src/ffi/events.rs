@@ -1,7 +1,7 @@
-//! What the module hears from the server: keyspace notifications, the
-//! flush, swap-db and loading server events, and every command (a filter).
+//! What the module hears from the server: keyspace notifications and the
+//! flush, swap-db and loading server events.
 //!
-//! Four uses. (1) A lock with waiters can be freed by any command (`DEL`,
+//! Three uses. (1) A lock with waiters can be freed by any command (`DEL`,
 //! `RENAME`, `MOVE`, eviction, a flush…): every notification about such a
 //! key reports it to [`waiting::freed_by_event`], and a `persist`, `expire`
 //! or `restore` of a lock to [`waiting::ttl_changed`]; callbacks must not
@@ -9,9 +9,7 @@
 //! Redis tells a data type that a key left the keyspace (`unlink2`) but not
 //! why; the `expired` notification that follows tells why: pairing the two
 //! counts leases that ended while held. (3) At the end of loading, the fence
-//! counter is re-based on the clock (see [`on_server_event`]). (4) The
-//! command filter keeps `CLIENT UNBLOCK` off clients whose grant is on its
-//! way ([`command_filter`]).
+//! counter is re-based on the clock (see [`on_server_event`]).
 
 use std::cell::{Cell, RefCell};
 use std::os::raw::{c_char, c_int, c_void};
@@ -23,7 +21,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::ffi::key::LockKey;
 use crate::ffi::{config, datatype};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, waiting};
-use crate::{cluster, fence, stats};
+use crate::{fence, stats};
 
 thread_local! {
     /// Whether the load under way is the server's own AOF.
@@ -153,60 +151,16 @@ pub fn cluster_mode() -> bool {
     CLUSTER_MODE.get()
 }
 
-/// Registers the command filter (see [`command_filter`]).
-pub fn watch_commands(ctx: &Context) {
+/// Notes whether the server runs in cluster mode (at module load).
+pub fn note_cluster_mode(ctx: &Context) {
     let flags = context_flags(ctx.ctx);
     CLUSTER_MODE.set(flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0);
-    // SAFETY: the filter is a plain function that lives as long as the module.
-    unsafe {
-        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
-            register(ctx.ctx, Some(command_filter), 0);
-        }
-    }
 }
 
 thread_local! {
     /// Whether the server runs in cluster mode: only there can a lock's key
     /// live on another node (see `waiting::serve`).
     static CLUSTER_MODE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Sees every command before it runs (skipped at the cost of a flag test
-/// unless a grant awaits its reply): `CLIENT UNBLOCK id [TIMEOUT|ERROR]` of a
-/// client that was granted a lock but has not had its reply yet becomes
-/// `CLIENT UNBLOCK 0` (no such client). That client is no longer waiting,
-/// and Redis would otherwise unblock it a second time: no reply at all on
-/// Redis 7.0, or an error after its fence.
-extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    guard("command filter", (), || {
-        if !waiting::any_granted_not_replied() {
-            return;
-        }
-        // SAFETY: Redis passes a live filter context; argument pointers stay
-        // valid during this call, and we copy what we keep.
-        let args: Vec<&[u8]> = unsafe {
-            let count = raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(fctx));
-            let get = raw::RedisModule_CommandFilterArgGet;
-            (0..count)
-                .filter_map(|i| get.map(|f| f(fctx, i)))
-                .filter(|arg| !arg.is_null())
-                .map(|arg| RedisString::string_as_slice(arg))
-                .collect()
-        };
-        if let Some(id) = cluster::client_unblock_target(&args) {
-            if waiting::granted_not_replied(id) {
-                // SAFETY: a live filter context; the new argument is a fresh
-                // string whose ownership passes to the filter context.
-                unsafe {
-                    let zero = raw::RedisModule_CreateString
-                        .map_or(ptr::null_mut(), |f| f(ptr::null_mut(), c"0".as_ptr(), 1));
-                    if !zero.is_null() {
-                        raw::RedisModule_CommandFilterArgReplace.map(|f| f(fctx, 2, zero));
-                    }
-                }
-            }
-        }
-    });
 }
 
 /// Flush, swap-db and end of loading: any lock with waiters may be free now.

@@ -8,7 +8,7 @@ use redis_module::{raw, Context, RedisString};
 
 use crate::error::LockError;
 use crate::ffi::datatype::{raw_type, StoredLock, LEASE_UNKNOWN};
-use crate::ffi::propagation;
+use crate::ffi::{now_ms, propagation};
 use crate::lock::{self, Hold, Lock};
 
 /// `RedisModule_Replicate`'s type.
@@ -105,6 +105,15 @@ impl<'a> LockKey<'a> {
         // SAFETY: `self.key` is an open key of this context.
         let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
         u64::try_from(at).ok()
+    }
+
+    /// The time to judge this key's lock by: now, but never past the key's
+    /// own expiry. Redis found the key when it opened it, so by the clock
+    /// Redis expires keys with (frozen for a whole command, `EXEC` or
+    /// script) its time had not passed; the module's decisions must agree
+    /// with that, or a lock it calls ended would still exist for `EXISTS`.
+    pub fn now(&self) -> u64 {
+        now_ms().min(self.expires_at().unwrap_or(u64::MAX))
     }
 
     /// The lock here as the core sees it: owner borrowed from the value; the

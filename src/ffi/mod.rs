@@ -30,6 +30,14 @@ pub fn now_ms() -> u64 {
     u64::try_from(ms).unwrap_or(0)
 }
 
+/// The server's version as `0x00MMmmpp` (7.0.15 is `0x0007000f`); Valkey
+/// reports the Redis version it is compatible with. 0 if unknown.
+pub fn server_version() -> u32 {
+    // SAFETY: takes no arguments; set once the module is initialised.
+    let version = unsafe { raw::RedisModule_GetServerVersion.map_or(0, |f| f()) };
+    u32::try_from(version).unwrap_or(0)
+}
+
 /// Whether the server pauses writes (`CLIENT PAUSE`, `FAILOVER`, `SHUTDOWN`
 /// waiting for replicas): then the module must neither write nor propagate.
 pub fn writes_paused() -> bool {

@@ -17,14 +17,17 @@
 //!   waiting for replicas) the module writes nothing on its own
 //!   (`RedisModule_AvoidReplicaTraffic`): the engine keeps the work and a
 //!   short retry timer brings it back when the pause ends.
-//! - `CLIENT UNBLOCK` of a client already granted (its reply not yet
-//!   written) would, on Redis 7.0, leave it with no reply at all: a command
-//!   filter turns such a call into a no-op (`CLIENT UNBLOCK 0`). The filter
-//!   sees a command queued in `MULTI` when it is queued, not when `EXEC` runs
-//!   it, so a client granted inside `EXEC` stays blocked until a 0 ms timer
-//!   unblocks it with its fence ([`DEFERRED`]); a `CLIENT UNBLOCK` later in
-//!   the same `EXEC` then reaches our unblock callback, which answers the
-//!   fence itself.
+//! - A granted client's reply is written by the server later, when it
+//!   handles the clients modules unblocked (before it next sleeps). Redis
+//!   7.0's `CLIENT UNBLOCK` of a client in that state — from any command run
+//!   in between, a queued `MULTI` included — unblocks it without any
+//!   callback, and the reply is lost. So on servers older than 7.2 a granted
+//!   client stays blocked ([`DEFERRED`]) until the server's before-sleep
+//!   event, which Redis fires right before it writes module replies; a
+//!   `CLIENT UNBLOCK` before that reaches our unblock callback, which
+//!   answers the fence itself. Newer servers (Redis 7.2+, Valkey) ignore a
+//!   `CLIENT UNBLOCK` of a client a module has unblocked, so it is unblocked
+//!   at once there.
 //!
 //! All of this runs on the server's main thread. The engine lives in a
 //! thread-local `RefCell`; no borrow is held across a call into Redis, since
@@ -40,7 +43,7 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::ffi::key::LockKey;
 use crate::ffi::{config, events};
-use crate::ffi::{context_flags, create_timer, guard, now_ms, writes_paused};
+use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
 use crate::queue::LockName;
@@ -87,9 +90,12 @@ thread_local! {
     /// Set while a command of ours frees a lock and serves its waiters
     /// itself: the notifications it sends need no pump.
     static SERVING_INLINE: Cell<bool> = const { Cell::new(false) };
-    /// Clients granted inside `MULTI`/`EXEC`, still blocked: (client id,
-    /// handle, fence), unblocked by [`unblock_deferred_cb`].
+    /// Clients granted but kept blocked until the server's before-sleep
+    /// event (servers before 7.2; see the module docs): (client id, handle,
+    /// fence), unblocked by [`before_sleep_cb`].
     static DEFERRED: RefCell<Vec<(u64, BlockedClient, u64)>> = const { RefCell::new(Vec::new()) };
+    /// [`before_sleep_cb`] is subscribed (once, when first needed).
+    static BEFORE_SLEEP_HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
 fn with<R>(f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
@@ -290,7 +296,6 @@ fn not_a_writer(ctx: *mut raw::RedisModuleCtx) -> bool {
 
 /// Looks at `name` and carries out the engine's decision.
 fn serve(ctx: &Context, name: &LockName, in_command: bool) {
-    let now = now_ms();
     if !in_command && not_a_writer(ctx.ctx) {
         return;
     }
@@ -304,7 +309,7 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
         // lock that frees waits for its waiters until the gate opens.)
         if let Serve::Deferred {
             retry_in_ms: Some(delay),
-        } = with(|e| e.serve(name, Key::Free, now, gate))
+        } = with(|e| e.serve(name, Key::Free, now_ms(), gate))
         {
             arm_retry(ctx.ctx, delay);
         }
@@ -319,6 +324,7 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
     } else {
         LockKey::open_in_timer(ctx, &key_name)
     };
+    let now = key.now();
     let seen = match key.current() {
         Ok(None) => Key::Free,
         Ok(Some(lock)) => Key::Held {
@@ -382,11 +388,7 @@ fn hand_over(ctx: &Context, key: &mut LockKey, name: &LockName, grant: Grant<Par
                 },
             )
         });
-        if context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_MULTI as c_int != 0 {
-            defer_unblock(ctx.ctx, id, handle.client, fence);
-        } else {
-            handle.client.unblock(Some(Outcome::Granted(fence)));
-        }
+        answer_granted(ctx.ctx, id, handle.client, fence);
     });
     arm_lease_check(ctx.ctx, then);
 }
@@ -423,12 +425,21 @@ fn fix_ttl(ctx: &Context, name: &LockName) {
     let Ok(Some(stored)) = key.stored() else {
         return;
     };
-    match lock::ttl_fix(stored.lease, key.expires_at(), now_ms()) {
-        TtlFix::Keep => {}
+    let now = key.now();
+    match lock::ttl_fix(stored.lease, key.expires_at(), now) {
+        // A TTL shorter than the lease ends the hold then, as a lease end
+        // does: waiters are checked at that TTL, not at the lease end, nor
+        // whenever Redis's expiry cycle happens to find the key.
+        TtlFix::Keep => {
+            if let Some(at) = key.expires_at() {
+                let timer = with(|e| e.lease_moved(name, at, now));
+                arm_lease_check(ctx.ctx, timer);
+            }
+        }
         TtlFix::Restore(at) => {
             key.restore_expiry(at);
             // Waiters check at the lease end, not at the TTL someone set.
-            let timer = with(|e| e.lease_moved(name, at, now_ms()));
+            let timer = with(|e| e.lease_moved(name, at, now));
             arm_lease_check(ctx.ctx, timer);
         }
         TtlFix::Delete => delete_and_serve(ctx, key, name),
@@ -575,16 +586,43 @@ extern "C" fn deadline_cb(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 // Callbacks: blocked clients.
 // ---------------------------------------------------------------------------
 
-/// Keeps a client granted inside `EXEC` blocked until the transaction is
-/// over (see the module docs).
-fn defer_unblock(ctx: *mut raw::RedisModuleCtx, id: u64, client: BlockedClient, fence: u64) {
-    let first = DEFERRED.with_borrow_mut(|deferred| {
-        deferred.push((id, client, fence));
-        deferred.len() == 1
-    });
-    if first {
-        create_timer(ctx, 0, unblock_deferred_cb, ptr::null_mut());
+/// Unblocks a granted client with its fence: at once where the server
+/// ignores a `CLIENT UNBLOCK` of it until its reply is written, else at the
+/// server's before-sleep event (see the module docs).
+fn answer_granted(ctx: *mut raw::RedisModuleCtx, id: u64, client: BlockedClient, fence: u64) {
+    if !unblock_races_the_reply() {
+        return client.unblock(Some(Outcome::Granted(fence)));
     }
+    DEFERRED.with_borrow_mut(|deferred| deferred.push((id, client, fence)));
+    if !BEFORE_SLEEP_HOOKED.replace(true) {
+        let event = raw::RedisModuleEvent {
+            id: raw::REDISMODULE_EVENT_EVENTLOOP,
+            dataver: 1,
+        };
+        // SAFETY: a live context; the callback is a plain function that
+        // lives as long as the module. (Never unsubscribed: the server frees
+        // a listener that unsubscribes from inside its own callback.)
+        let status = unsafe {
+            raw::RedisModule_SubscribeToServerEvent.map_or(raw::Status::Err as c_int, |f| {
+                f(ctx, event, Some(before_sleep_cb))
+            })
+        };
+        if status != raw::Status::Ok as c_int {
+            // No hook: answer now rather than never.
+            BEFORE_SLEEP_HOOKED.set(false);
+            logging::log_warning("lock: cannot hook the before-sleep event");
+            for (_, client, fence) in DEFERRED.take() {
+                client.unblock(Some(Outcome::Granted(fence)));
+            }
+        }
+    }
+}
+
+/// Whether a `CLIENT UNBLOCK` run between our unblocking a client and the
+/// server writing its reply loses that reply: Redis before 7.2.
+fn unblock_races_the_reply() -> bool {
+    static RACES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RACES.get_or_init(|| server_version() < 0x00_07_02_00)
 }
 
 /// Takes client `id` out of [`DEFERRED`], if it is there.
@@ -596,10 +634,21 @@ fn take_deferred(id: u64) -> Option<(BlockedClient, u64)> {
     })
 }
 
-/// After the `EXEC` that granted them: unblocks the deferred clients with
-/// their fences.
-extern "C" fn unblock_deferred_cb(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+/// The server is about to write the replies of clients modules unblocked
+/// (and sleep): unblocks the granted clients kept blocked until now.
+extern "C" fn before_sleep_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
+        return;
+    }
     guard("deferred grants", (), || {
+        if DEFERRED.with_borrow(Vec::is_empty) {
+            return;
+        }
         for (_, client, fence) in DEFERRED.take() {
             client.unblock(Some(Outcome::Granted(fence)));
         }
@@ -607,8 +656,8 @@ extern "C" fn unblock_deferred_cb(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_
 }
 
 /// `CLIENT UNBLOCK id` (nil reply). Redis calls it only for a client we have
-/// not unblocked yet: a waiter, or one granted inside `EXEC`, which holds
-/// the lock and so is answered its fence.
+/// not unblocked yet: a waiter, or one granted and kept blocked until the
+/// before-sleep event, which holds the lock and so is answered its fence.
 extern "C" fn timeout_cb(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -645,7 +694,7 @@ extern "C" fn disconnect_cb(
     guard("disconnect", (), || {
         // SAFETY: Redis calls this with a context naming the leaving client.
         let id = unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)) };
-        // Granted inside `EXEC` and not told yet: Redis needs the handle
+        // Granted and kept blocked, not told yet: Redis needs the handle
         // back; the engine takes the grant back below.
         if let Some((client, _)) = take_deferred(id) {
             client.unblock(None);
@@ -725,15 +774,10 @@ pub fn owner_active(ctx: &Context, key: &RedisString, owner: &[u8]) {
     }
 }
 
-/// Whether `CLIENT UNBLOCK id` must not touch client `id`: it was granted a
-/// lock and its reply is on the way (see the module docs above).
-pub fn granted_not_replied(id: u64) -> bool {
-    with(|e| e.is_in_flight(id))
-}
-
-/// Whether any grant awaits its reply (the command filter's fast path).
-pub fn any_granted_not_replied() -> bool {
-    with(|e| e.any_in_flight())
+/// `lock.max-ttl` is now `max_ttl` (0: none): clients already waiting get at
+/// most that lease when they are granted.
+pub fn cap_leases(max_ttl: u64) {
+    with(|e| e.cap_leases((max_ttl > 0).then_some(max_ttl)));
 }
 
 fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<Outcome>) {

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
-use crate::harness::{module_path, server_bin, Call, Hold, Server, LONG};
+use crate::harness::{
+    handed_fence, module_path, server_bin, wait_on, wait_until, Call, Hold, Server, LONG,
+};
 
 /// The error of a `ttl-ms` above the cap (SPEC guarantee 9).
 const ABOVE_MAX: &str = "ERR ttl-ms is above lock.max-ttl (CONFIG GET lock.max-ttl)";
@@ -159,7 +161,9 @@ fn configs_are_read_from_the_config_file_the_command_line_and_module_loadex() {
     assert_eq!(configs(&mut c), ("60000".into(), "always".into()));
     let left = later.info_int("lock", "lock_quarantine_ms");
     assert!(
-        (1..=60_001).contains(&left),
+        // max-ttl, plus the last ms of a lease granted at its start, plus
+        // the rounding up to the next whole ms.
+        (1..=60_002).contains(&left),
         "MODULE LOADEX with lock.max-ttl 60000 starts a quarantine: {left} ms left"
     );
     assert_eq!(c.acquire("k", "alice", 1_000), None, "quarantined");
@@ -331,4 +335,28 @@ fn ttl_above_max_ttl_is_refused_on_every_command_and_changes_nothing() {
     assert!(c.acquire("long", "carol", MAX_MS).is_some());
     assert_eq!(c.int(&["LOCK.RENEW", "held", "alice", "10001"]), 1);
     assert_eq!(c.int(&["LOCK.RELEASE", "held", "alice", "ALL"]), 0);
+}
+
+/// Lowering `lock.max-ttl` caps the lease of a client that was already
+/// waiting when it is granted later: at most the cap in force at the grant
+/// (the quarantine after a failover relies on no lease being longer).
+#[test]
+fn a_waiter_granted_after_max_ttl_was_lowered_gets_at_most_the_new_cap() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", 60_000).expect("free");
+    let bob = wait_on(server.conn(), "k", "bob", 3_600_000, 0);
+    wait_until("bob waits", Duration::from_secs(5), || {
+        c.lock_info("k").is_some_and(|info| info.waiters == 1)
+    });
+    config_set(&mut c, "lock.max-ttl", "1000").expect("lower the cap");
+    assert_eq!(c.int(&["LOCK.RELEASE", "k", "alice"]), 0);
+    let fence = handed_fence(bob, "bob");
+    let info = c.lock_info("k").expect("bob holds k");
+    assert_eq!((info.owner, info.fence), (b"bob".to_vec(), fence));
+    let pttl = c.pttl("k");
+    assert!(
+        pttl > 0 && pttl <= 1000,
+        "bob asked for an hour while the cap was lowered to 1000 ms; his lease is {pttl} ms"
+    );
 }

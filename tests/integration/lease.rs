@@ -294,3 +294,136 @@ fn a_waiter_on_a_persisted_lock_costs_no_cpu() {
     let info = c.lock_info("k").expect("bob holds k");
     assert_eq!(info.held(), (b"bob".to_vec(), 1, fence));
 }
+
+/// A TTL shortened by an operator ends the hold then, as a lease end does:
+/// the waiter is served within a few ms of that TTL, not whenever Redis's
+/// expiry cycle happens to find the key among many volatile ones.
+#[test]
+fn a_ttl_shortened_by_an_operator_hands_the_lock_over_at_that_ttl() {
+    const SHORT_MS: i64 = 100;
+    let server = Server::start();
+    let mut c = server.conn();
+    // Many volatile keys: Redis's own expiry cycle samples them at random.
+    let _: Value = redis::cmd("EVAL")
+        .arg("for i = 1, 50000 do redis.call('SET', 'v:' .. i, 'x', 'PX', 3600000) end")
+        .arg(0)
+        .query(&mut c)
+        .expect("volatile keys");
+    for round in 0..3 {
+        let key = format!("cut{round}");
+        c.acquire(&key, "alice", 60_000).expect("free");
+        let bob = queue(&server, &key, "bob");
+        assert_eq!(c.int(&["PEXPIRE", &key, &SHORT_MS.to_string()]), 1);
+        let end = c.int(&["PEXPIRETIME", &key]);
+        let (fence, at) = handed(bob, "bob", SOON);
+        let info = c.lock_info(&key).expect("bob holds it");
+        assert_eq!((info.owner, info.fence), (b"bob".to_vec(), fence));
+        assert!(
+            at >= end && at <= end + 50,
+            "round {round}: bob was handed {key} at {at}, {} ms after the TTL set by PEXPIRE ended",
+            at - end
+        );
+    }
+}
+
+/// A lock is free when its key does not exist: whatever `LOCK.INFO` answers
+/// about a lock, Redis's own `EXISTS` agrees at the same moment (in one
+/// `MULTI`), the lease end's millisecond included (a key expires once the
+/// time is past it). Before the fix, `LOCK.INFO` called the lease over in
+/// its last millisecond while the key still existed.
+#[test]
+fn lock_info_and_exists_agree_at_the_lease_end() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut disagreements = Vec::new();
+    for round in 0..30 {
+        let key = format!("edge{round}");
+        c.acquire(&key, "alice", 40).expect("free");
+        // An operator moves the TTL past the lease; the module puts it back.
+        let far = (now_ms() + 100_000).to_string();
+        assert_eq!(c.int(&["PEXPIREAT", &key, &far]), 1);
+        loop {
+            // One transaction: one moment for Redis, whose clock stands
+            // still for the whole `EXEC`.
+            let (info, exists): (Value, i64) = redis::pipe()
+                .atomic()
+                .cmd("LOCK.INFO")
+                .arg(&key)
+                .cmd("EXISTS")
+                .arg(&key)
+                .query(&mut c)
+                .expect("LOCK.INFO and EXISTS");
+            let free = info == Value::Nil;
+            if free != (exists == 0) {
+                disagreements.push(format!("{key}: LOCK.INFO free {free}, EXISTS {exists}"));
+            }
+            if free && exists == 0 {
+                break;
+            }
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "the module and Redis disagree {} times, first: {:?}",
+        disagreements.len(),
+        disagreements.first()
+    );
+}
+
+/// Work per TTL change is constant: one script that moves the TTL of every
+/// lock (as an AOF without the RDB preamble does when it loads) takes about
+/// four times as long for four times the locks, not sixteen.
+#[test]
+fn many_ttl_changes_at_once_cost_time_linear_in_their_number() {
+    const SMALL: usize = 8_000;
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut pexpire_all = |prefix: &str, n: usize| -> Duration {
+        let mut pipe = redis::pipe();
+        for i in 0..n {
+            pipe.cmd("LOCK.ACQUIRE")
+                .arg(&[&format!("{prefix}:{i}"), "alice", "3600000"])
+                .ignore();
+        }
+        let _: () = pipe.query(&mut c).expect("acquire");
+        let script = "for i = 1, tonumber(ARGV[2]) do \
+                      redis.call('PEXPIRE', ARGV[1] .. ':' .. (i - 1), 7200000) end";
+        (0..3)
+            .map(|_| {
+                let started = Instant::now();
+                let _: Value = redis::cmd("EVAL")
+                    .arg(script)
+                    .arg(0)
+                    .arg(prefix)
+                    .arg(n)
+                    .query(&mut c)
+                    .expect("PEXPIRE every lock");
+                // The TTLs are put back after the script: wait for that too.
+                let last = format!("{prefix}:{}", n - 1);
+                wait_until("the TTLs are put back", SOON * 6, || {
+                    c.pttl(&last) <= 3_600_000
+                });
+                started.elapsed()
+            })
+            .min()
+            .expect("three runs")
+    };
+    let small = pexpire_all("small", SMALL);
+    let large = pexpire_all("large", 4 * SMALL);
+    let ratio = large.as_secs_f64() / small.as_secs_f64();
+    println!(
+        "{SMALL} locks: {small:?}; {} locks: {large:?}; ratio {ratio:.1}",
+        4 * SMALL
+    );
+    assert!(
+        ratio < 8.0,
+        "4x the TTL changes took {ratio:.1}x as long ({small:?} → {large:?}): not linear"
+    );
+    for (prefix, n) in [("small", SMALL), ("large", 4 * SMALL)] {
+        let pttl = c.pttl(&format!("{prefix}:{}", n / 2));
+        assert!(
+            pttl > 0 && pttl <= 3_600_000,
+            "{prefix}: the lease is not back ({pttl})"
+        );
+    }
+}

@@ -243,3 +243,119 @@ fn a_hand_off_raced_by_unblock_or_kill_answers_the_waiter_once_and_truly() {
 fn a_hand_off_raced_by_unblock_or_kill_answers_once_with_io_threads() {
     race_rounds(true);
 }
+
+/// A `CLIENT UNBLOCK` queued in a `MULTI` while bob still waits, whose `EXEC`
+/// runs in the same turn of the event loop as the release that hands `k` to
+/// bob (a `DEBUG SLEEP` on another connection gathers both into one turn).
+/// The unblock then meets a client already granted but not yet answered: bob
+/// must get exactly one reply, and it must match the lock (on Redis 7.0 he
+/// used to get none at all, and the grant was taken back).
+#[test]
+fn an_unblock_queued_in_multi_before_the_grant_still_answers_the_waiter_once() {
+    const QUEUED_ROUNDS: usize = 12;
+    let server = Server::start();
+    let mut alice = server.conn();
+    let mut queued = server.conn();
+    let mut sleeper = server.conn();
+    for round in 0..QUEUED_ROUNDS {
+        let error = round % 2 == 1;
+        let context = format!(
+            "round {round} (CLIENT UNBLOCK{})",
+            if error { " ERROR" } else { "" }
+        );
+        let mut bob = server.conn();
+        let id = bob.int(&["CLIENT", "ID"]).to_string();
+        alice
+            .acquire("k", "alice", LONG)
+            .unwrap_or_else(|| panic!("{context}: k is not free at the start"));
+        let wait = wait_args("k", "bob", LONG, 0);
+        bob.send_packed_command(&redis::cmd(&wait[0]).arg(&wait[1..]).get_packed_command())
+            .expect("send bob's wait");
+        wait_until(&format!("{context}: bob waits"), SOON, || {
+            alice.lock_info("k").is_some_and(|info| info.waiters == 1)
+        });
+        let _: () = redis::cmd("MULTI").query(&mut queued).expect("MULTI");
+        let mut unblock = redis::cmd("CLIENT");
+        unblock.arg(&["UNBLOCK", &id]);
+        if error {
+            unblock.arg("ERROR");
+        }
+        let status: String = unblock.query(&mut queued).expect("queue the unblock");
+        assert_eq!(status, "QUEUED", "{context}");
+
+        // One turn of the event loop: the release first, then the EXEC.
+        sleeper
+            .send_packed_command(
+                &redis::cmd("DEBUG")
+                    .arg(&["SLEEP", "0.3"])
+                    .get_packed_command(),
+            )
+            .expect("send DEBUG SLEEP");
+        // The sleeping server cannot be asked whether it sleeps: give the
+        // command time to arrive (the sleep is six times longer).
+        std::thread::sleep(Duration::from_millis(50));
+        alice
+            .send_packed_command(
+                &redis::cmd("LOCK.RELEASE")
+                    .arg(&["k", "alice"])
+                    .get_packed_command(),
+            )
+            .expect("send the release");
+        std::thread::sleep(Duration::from_millis(5));
+        queued
+            .send_packed_command(&redis::cmd("EXEC").get_packed_command())
+            .expect("send EXEC");
+        let _ = sleeper.recv_response().expect("DEBUG SLEEP's reply");
+        assert_eq!(
+            alice.recv_response().expect("the release's reply"),
+            Value::Int(0),
+            "{context}"
+        );
+        let exec = queued.recv_response().expect("EXEC's reply");
+
+        bob.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("read timeout");
+        let seen = match bob.recv_response() {
+            Ok(Value::Int(fence)) => Seen::Fence(fence),
+            Ok(Value::Nil) => Seen::Nil,
+            Ok(Value::ServerError(err)) => Seen::Error(err.code().to_string()),
+            Ok(other) => panic!("{context}: bob's wait replied {other:?}"),
+            Err(err) => match error_text(&err) {
+                Some(text) => Seen::Error(text),
+                None if err.is_timeout() => {
+                    panic!("{context}: bob got no reply to his wait (EXEC replied {exec:?})")
+                }
+                None => Seen::Closed,
+            },
+        };
+        println!("{context}: bob saw {seen:?}, EXEC replied {exec:?}");
+        let holder = alice.lock_info("k").map(|info| (info.owner, info.fence));
+        match &seen {
+            Seen::Fence(fence) => assert_eq!(
+                holder,
+                Some((b"bob".to_vec(), *fence)),
+                "{context}: bob was answered his fence but does not hold k"
+            ),
+            Seen::Nil | Seen::Error(_) => {
+                assert_eq!(
+                    holder, None,
+                    "{context}: bob was answered {seen:?} but holds k"
+                )
+            }
+            Seen::Closed => panic!("{context}: bob's connection closed"),
+        }
+        let pong = redis::cmd("PING").query::<Value>(&mut bob);
+        assert_eq!(
+            pong.as_ref().ok().and_then(crate::harness::text),
+            Some("PONG".into()),
+            "{context}: bob's PING read {pong:?}: a second reply to his wait"
+        );
+        if holder.is_some() {
+            assert_eq!(
+                alice.int(&["LOCK.RELEASE", "k", "bob", "ALL"]),
+                0,
+                "{context}"
+            );
+        }
+    }
+}
