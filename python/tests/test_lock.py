@@ -8,22 +8,7 @@ import redis
 
 from redislock import Lock, LockError, LockNotOwnedError, ModuleNotLoadedError
 
-from conftest import commandstat, lock_info, wait_until, wait_waiters
-
-
-def in_thread(fn):
-    """Run ``fn`` in a thread; the returned thread's ``result`` holds its
-    value or the exception it raised."""
-    def body():
-        try:
-            worker.result = fn()
-        except BaseException as e:
-            worker.result = e
-
-    worker = threading.Thread(target=body, daemon=True)
-    worker.result = None
-    worker.start()
-    return worker
+from conftest import commandstat, in_thread, lock_info, wait_until, wait_waiters
 
 
 # -- fences ------------------------------------------------------------------
