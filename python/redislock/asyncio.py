@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable, Literal, Optional
+from typing import Any, Awaitable, Callable, Dict, Literal, Optional
 
 from redis.exceptions import (
     AskError,
@@ -32,12 +32,15 @@ from redis.exceptions import (
 
 from ._common import (
     NO_TIMEOUT_LEASE,
+    OTHER_VALUE,
+    Budget,
     acquire_args,
-    is_notowner,
+    hold_is_gone,
+    is_wrongtype,
+    owned_by,
     parse_info,
     seconds_to_ms,
     translate,
-    wait_ms,
 )
 from .lock import HANDOFF_SLACK, RETRY_DELAY
 
@@ -166,8 +169,8 @@ class _Renewer:
                 try:
                     await self.lock._renew(self.token, lease_ms)
                 except ResponseError as e:
-                    if is_notowner(e):
-                        self._lose("the server refused a renewal (NOTOWNER)")
+                    if hold_is_gone(e):
+                        self._lose(f"the server refused a renewal ({str(e).split()[0]})")
                         return
                     logger.warning("renewing %r failed: %s", self.lock.name, e)
                     delay = RETRY_DELAY
@@ -229,7 +232,7 @@ class Lock:
         self.redis = redis
         self.name = name
         self.timeout = timeout
-        self.sleep = sleep  # accepted for compatibility; waiting is server-side
+        self.sleep = sleep  # waiting is server-side, but a value of another type is polled
         self.blocking = blocking
         self.blocking_timeout = blocking_timeout
         self.thread_local = bool(thread_local)
@@ -290,21 +293,32 @@ class Lock:
         token: Optional[Any] = None,
     ) -> bool:
         """As ``redislock.Lock.acquire`` (redis-py's asyncio signature, which
-        has no ``sleep``)."""
+        has no ``sleep``: ``self.sleep`` paces the polling)."""
         token = uuid.uuid4().hex.encode() if token is None else self._encode(token)
+        sleep = self.sleep
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
-        wait = wait_ms(blocking, blocking_timeout)
-        args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
-        sent = time.monotonic()
-        try:
-            fence = await _acquire_call(self.redis, self.name, args, wait)
-        except ResponseError as e:
-            raise translate(e, self.name) from None
-        if fence is None:
-            return False
+        budget = Budget(blocking, blocking_timeout, time.monotonic())
+        while True:
+            wait = budget.wait(time.monotonic())
+            args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
+            sent = time.monotonic()
+            try:
+                fence = await _acquire_call(self.redis, self.name, args, wait)
+            except ResponseError as e:
+                if not is_wrongtype(e):
+                    raise translate(e, self.name) from None
+                # Taken, in redis-py's terms, by a value the server queues
+                # nobody on: try again later, as redis-py polls.
+                if not budget.again(time.monotonic(), sleep):
+                    return False
+                await asyncio.sleep(sleep)
+                continue
+            if fence is None:
+                return False
+            break
         start = max(sent, time.monotonic() - HANDOFF_SLACK) if wait is not None else sent
         renewer = getattr(self.local, "renewer", None)
         if self.token == token:  # a reentry
@@ -329,13 +343,20 @@ class Lock:
         self.local.token = None
         self.local.fence = None
 
+    async def _info(self) -> Optional[Dict[str, Any]]:
+        try:
+            return parse_info(await self._execute("LOCK.INFO", self.name))
+        except ResponseError as e:
+            if not is_wrongtype(e):
+                raise
+            return OTHER_VALUE
+
     async def locked(self) -> bool:
-        return await self._execute("LOCK.INFO", self.name) is not None
+        return await self._info() is not None
 
     async def owned(self) -> bool:
         token = self.token
-        info = parse_info(await self._execute("LOCK.INFO", self.name))
-        return token is not None and info is not None and self._encode(info["owner"]) == token
+        return owned_by(await self._info(), token, self._encode)
 
     async def _paused(self, body: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``body`` with this hold's renewer held still (see sync Lock)."""
@@ -359,7 +380,7 @@ class Lock:
             except LockError:
                 raise
             except ResponseError as e:
-                if not is_notowner(e):
+                if not hold_is_gone(e):
                     raise
                 self._forget()
                 raise LockNotOwnedError(
@@ -383,8 +404,8 @@ class Lock:
             sent = time.monotonic()
             ttl_ms = int(additional_time * 1000)
             if not replace_ttl:
-                info = parse_info(await self._execute("LOCK.INFO", self.name))
-                if info is None or self._encode(info["owner"]) != token:
+                info = await self._info()
+                if not owned_by(info, token, self._encode):
                     raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
                 ttl_ms += int(info["ttl"])
             ttl_ms = max(1, ttl_ms)
@@ -419,6 +440,6 @@ class Lock:
         except LockError:
             raise
         except ResponseError as e:
-            if not is_notowner(e):
+            if not hold_is_gone(e):
                 raise
             raise LockNotOwnedError(f"Cannot {verb} a lock that's no longer owned") from None

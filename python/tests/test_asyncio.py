@@ -126,6 +126,77 @@ def test_a_cancelled_wait_leaves_the_queue(server, r, name):
     assert free and token is None
 
 
+async def overwritten(client, key, cls):
+    """redis-py's own lock tests fake another holder with a plain SET."""
+    lock = cls(client, key, timeout=10)
+    await lock.acquire()
+    await client.set(key, "x")
+    seen = [await attempt(lock.owned), await attempt(lock.locked)]
+    seen += [await attempt(lambda: lock.extend(1)), await attempt(lambda: lock.extend(1, True))]
+    seen += [await attempt(lock.reacquire)]
+    seen += [await attempt(lock.release), lock.local.token, await attempt(lock.release)]
+    other = cls(client, key, timeout=10, blocking_timeout=0.2)
+    seen += [await attempt(lambda: other.acquire(blocking=False)), await attempt(other.acquire)]
+    await client.delete(key)
+    seen += [await other.acquire(blocking=False), await attempt(other.release)]
+    return seen
+
+
+def test_a_value_written_over_the_lock_as_redis_py_asyncio(server, r):
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            seen = {}
+            for label, cls in (("redis-py", redis.asyncio.lock.Lock), ("ours", Lock)):
+                seen[label] = await attempt(lambda: overwritten(client, f"async:{label}", cls))
+            return seen
+        finally:
+            await client.aclose()
+
+    seen = asyncio.run(main())
+    assert seen["ours"] == seen["redis-py"]
+
+
+def test_a_value_written_over_a_renewing_lock_fires_lost_at_the_next_renewal(server, r, name):
+    lease = 3.0  # a renewal after 1 s; the lease would end after 3 s
+
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        lock = Lock(client, name, timeout=lease, auto_renewal=True)
+        await lock.acquire()
+        await client.set(name, "x")
+        try:
+            await asyncio.wait_for(lock.lost.wait(), lease / 3 + 0.7)
+        except asyncio.TimeoutError:
+            raise AssertionError("lost did not fire at the first renewal") from None
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert commandstat(r, "lock.renew") == 1  # one refusal, no retries
+
+
+def test_a_blocking_acquire_on_a_value_of_another_type_waits_until_it_is_gone(server, r, name):
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await client.set(name, "x")
+        lock = Lock(client, name, timeout=10, sleep=0.02)
+        task = asyncio.create_task(lock.acquire(blocking_timeout=10))
+
+        async def retried():
+            return commandstat(r, "lock.acquire") >= 2 or task.done()
+
+        await eventually(retried, what="a second try")
+        assert not task.done(), task.exception()
+        await client.delete(name)
+        assert await asyncio.wait_for(task, 5) is True
+        assert await lock.owned()
+        await lock.release()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_reentrancy_and_release_errors(server, r, name):
     async def main():
         client = redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=2)

@@ -147,6 +147,22 @@ def test_a_wait_outlives_the_clients_socket_timeout(server, r, name):
     assert commandstat(r, "lock.acquire") == 3
 
 
+def test_a_blocking_acquire_on_a_value_of_another_type_waits_until_it_is_gone(r, name):
+    """In redis-py's terms a key holding anything is a taken lock: a blocking
+    acquire keeps trying (every ``sleep``) instead of failing on WRONGTYPE."""
+    r.set(name, "x")
+    lock = Lock(r, name, timeout=10, sleep=0.02, thread_local=False)
+    waiter = in_thread(lambda: lock.acquire(blocking_timeout=10))
+    wait_until(lambda: commandstat(r, "lock.acquire") >= 2 or not waiter.is_alive(),
+               what="a second try")
+    assert waiter.is_alive(), waiter.result
+    r.delete(name)
+    waiter.join(5)
+    assert waiter.result is True, waiter.result
+    assert lock.owned()
+    lock.release()
+
+
 def test_lease_is_the_timeout(r, name):
     lock = Lock(r, name, timeout=2.5)
     lock.acquire()

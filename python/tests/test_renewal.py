@@ -103,3 +103,18 @@ def test_the_renewer_never_shortens_an_extended_lease(r, name):
     time.sleep(4 * LEASE / 3)
     assert r.pttl(name) > 4000
     lock.release()
+
+
+def test_a_value_written_over_the_lock_fires_lost_at_the_next_renewal(r, name):
+    """A SET over the lock replaced it: the hold is gone, whatever happens to
+    the key later. The first renewal's WRONGTYPE says so; the loss must not
+    wait for the lease to run out while renewals keep failing."""
+    lease = 3.0  # a renewal after 1 s; the lease would end after 3 s
+    calls = []
+    lock = Lock(r, name, timeout=lease, auto_renewal=True, on_lost=calls.append)
+    lock.acquire()
+    r.set(name, "x")
+    assert lock.lost.wait(lease / 3 + 0.7), "lost did not fire at the first renewal"
+    assert calls == [lock]
+    assert commandstat(r, "lock.renew") == 1  # one refusal, no retries
+    assert r.get(name) == b"x"
