@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable, Dict, Literal, Optional
+from typing import Any, Awaitable, Callable, Dict, Literal, Optional, Set
 
 from redis.exceptions import (
     AskError,
@@ -45,6 +45,10 @@ from ._common import (
 from .lock import HANDOFF_SLACK, RETRY_DELAY
 
 logger = logging.getLogger(__name__)
+
+# Releases that must finish even if their caller is cancelled again: the loop
+# keeps only weak references to tasks.
+_shielded: Set["asyncio.Task[Any]"] = set()
 
 
 # ---------------------------------------------------------------------------
@@ -293,7 +297,8 @@ class Lock:
         token: Optional[Any] = None,
     ) -> bool:
         """As ``redislock.Lock.acquire`` (redis-py's asyncio signature, which
-        has no ``sleep``: ``self.sleep`` paces the polling)."""
+        has no ``sleep``: ``self.sleep`` paces the polling). Cancelled, it
+        leaves no hold behind: a grant that crossed the cancel is released."""
         token = uuid.uuid4().hex.encode() if token is None else self._encode(token)
         sleep = self.sleep
         if blocking is None:
@@ -302,11 +307,10 @@ class Lock:
             blocking_timeout = self.blocking_timeout
         budget = Budget(blocking, blocking_timeout, time.monotonic())
         while True:
-            wait = budget.wait(time.monotonic())
-            args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
             sent = time.monotonic()
+            wait = budget.wait(sent)
             try:
-                fence = await _acquire_call(self.redis, self.name, args, wait)
+                fence = await self._try_acquire(token, wait)
             except ResponseError as e:
                 if not is_wrongtype(e):
                     raise translate(e, self.name) from None
@@ -334,6 +338,34 @@ class Lock:
             _Renewer(self, token, self.lease, start) if self.auto_renewal else None
         )
         return True
+
+    async def _try_acquire(self, token: bytes, wait: Optional[int]) -> Any:
+        """As in the sync lock; a cancel counts as a failure."""
+        args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
+        try:
+            return await _acquire_call(self.redis, self.name, args, wait)
+        except ResponseError:
+            raise
+        except BaseException:
+            await self._abandon(token)
+            raise
+
+    async def _abandon(self, token: bytes) -> None:
+        """As in the sync lock. The release runs shielded: a second cancel
+        stops the wait for it, not the release."""
+        if token == self.token:
+            return
+        release = asyncio.ensure_future(self._release_abandoned(token))
+        _shielded.add(release)
+        release.add_done_callback(_shielded.discard)
+        await asyncio.shield(release)
+
+    async def _release_abandoned(self, token: bytes) -> None:
+        try:
+            await self._execute("LOCK.RELEASE", self.name, token)
+        except Exception as e:  # the caller sees the failure that brought us here
+            if not (isinstance(e, ResponseError) and hold_is_gone(e)):
+                logger.warning("releasing %r after a failed acquire failed: %s", self.name, e)
 
     def _forget(self) -> None:
         renewer = getattr(self.local, "renewer", None)

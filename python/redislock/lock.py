@@ -347,7 +347,10 @@ class Lock:
         ``token``: the owner string to use (default: a random one); the
         current owner's token reenters. ``sleep``: the pause between tries
         while the key holds a value of another type (taken, in redis-py's
-        terms, but nothing the server can queue us on)."""
+        terms, but nothing the server can queue us on).
+
+        An exception (or Ctrl-C) leaves no hold behind: a grant that crossed
+        it is released (if the server can still be reached)."""
         token = uuid.uuid4().hex.encode() if token is None else self._encode(token)
         if sleep is None:
             sleep = self.sleep
@@ -357,11 +360,10 @@ class Lock:
             blocking_timeout = self.blocking_timeout
         budget = Budget(blocking, blocking_timeout, time.monotonic())
         while True:
-            wait = budget.wait(time.monotonic())
-            args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
             sent = time.monotonic()
+            wait = budget.wait(sent)
             try:
-                fence = _acquire_call(self.redis, self.name, args, wait)
+                fence = self._try_acquire(token, wait)
             except ResponseError as e:
                 if not is_wrongtype(e):
                     raise translate(e, self.name) from None
@@ -375,6 +377,35 @@ class Lock:
                 return False
             self._held(token, int(fence), sent, waited=wait is not None)
             return True
+
+    def _try_acquire(self, token: bytes, wait: Optional[int]) -> Any:
+        """One ``LOCK.ACQUIRE``: the fence, or None. An error reply granted
+        nothing; any other failure (a timeout, a lost connection, Ctrl-C) may
+        have crossed a grant, so that is released before the failure goes on."""
+        args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
+        try:
+            return _acquire_call(self.redis, self.name, args, wait)
+        except ResponseError:
+            raise
+        except BaseException:
+            self._abandon(token)
+            raise
+
+    def _abandon(self, token: bytes) -> None:
+        """Release what an interrupted acquisition may have been granted: a
+        hold whose token nobody knows keeps everyone out for its whole lease.
+        Not for this thread's own token: that acquisition was a reentry that
+        may or may not have counted, and a release could end the hold itself."""
+        if token == self.token:
+            return
+        self._release_abandoned(token)
+
+    def _release_abandoned(self, token: bytes) -> None:
+        try:
+            self._execute("LOCK.RELEASE", self.name, token)
+        except Exception as e:  # the caller sees the failure that brought us here
+            if not (isinstance(e, ResponseError) and hold_is_gone(e)):
+                logger.warning("releasing %r after a failed acquire failed: %s", self.name, e)
 
     def _held(self, token: bytes, fence: int, sent: float, waited: bool) -> None:
         """Record a successful acquisition in this thread's state."""

@@ -126,6 +126,30 @@ def test_a_cancelled_wait_leaves_the_queue(server, r, name):
     assert free and token is None
 
 
+def test_a_wait_cancelled_after_the_grant_leaves_nothing_held(server, r, name):
+    """The lock is handed over while this event loop is busy (a blocking
+    call), and the waiting task is cancelled before it could read its grant:
+    the hold it was granted must not outlive the cancelled acquire."""
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        holder = Lock(client, name, timeout=10)
+        await holder.acquire()
+        waiter = Lock(client, name, timeout=10)
+        task = asyncio.create_task(waiter.acquire())
+        await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+        r.execute_command("LOCK.RELEASE", name, holder.token)  # blocks this loop
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        info = parse_info(await client.execute_command("LOCK.INFO", name))
+        await client.aclose()
+        return info, waiter.token
+
+    info, token = asyncio.run(main())
+    assert token is None
+    assert info is None, f"held after the cancelled acquire: {info}"
+
+
 async def overwritten(client, key, cls):
     """redis-py's own lock tests fake another holder with a plain SET."""
     lock = cls(client, key, timeout=10)

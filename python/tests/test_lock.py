@@ -147,6 +147,27 @@ def test_a_wait_outlives_the_clients_socket_timeout(server, r, name):
     assert commandstat(r, "lock.acquire") == 3
 
 
+def test_an_acquire_that_fails_after_its_grant_leaves_nothing_held(server, r, name):
+    """The grant's reply is held back (a slow command pipelined after the
+    release that handed the lock over) past the waiting acquire's read
+    timeout: acquire raises, and the hold it was granted must not outlive it
+    (nobody would know its token to release it)."""
+    holder = Lock(r, name, timeout=10)
+    holder.acquire()
+    client = server.client(socket_timeout=0.5)
+    lock = Lock(client, name, timeout=10, blocking_timeout=0.3, thread_local=False)
+    waiter = in_thread(lock.acquire)  # reads its reply for 0.3 + 0.5 s at most
+    wait_waiters(r, name, 1)
+    handover = r.pipeline(transaction=False)
+    handover.execute_command("LOCK.RELEASE", name, holder.token)
+    handover.execute_command("DEBUG", "SLEEP", 1.0)
+    handover.execute()
+    waiter.join(5)
+    assert isinstance(waiter.result, redis.exceptions.TimeoutError), waiter.result
+    assert lock.token is None
+    assert lock_info(r, name) is None
+
+
 def test_a_blocking_acquire_on_a_value_of_another_type_waits_until_it_is_gone(r, name):
     """In redis-py's terms a key holding anything is a taken lock: a blocking
     acquire keeps trying (every ``sleep``) instead of failing on WRONGTYPE."""
