@@ -42,7 +42,8 @@ class Budget:
     """The time one ``acquire()`` may spend, across its tries: redis-py's
     ``blocking``/``blocking_timeout``. One ``LOCK.ACQUIRE … WAIT`` usually
     spends it all; another try is needed while the key holds a value of
-    another type (polled, as redis-py polls). ``now`` is ``time.monotonic()``."""
+    another type (polled, as redis-py polls) or after a grant that ended
+    before it could be confirmed. ``now`` is ``time.monotonic()``."""
 
     def __init__(self, blocking: bool, blocking_timeout: Optional[float], now: float):
         self.first_wait = wait_ms(blocking, blocking_timeout)
@@ -61,6 +62,17 @@ class Budget:
         if self.first_wait is None:
             return False
         return self.ends is None or now + pause <= self.ends
+
+
+def needs_confirmation(elapsed: float, lease: float) -> bool:
+    """Whether a fresh grant whose reply took ``elapsed`` seconds is renewed at
+    once. The lease began at the grant, somewhere between the send and the
+    reply, so it is counted from the send: never later than the server's.
+    After a long wait (or a reply held back by a slow command) that leaves
+    too little of it known; the renew then tells whether the hold still
+    exists and restarts the count from its own send. The Rust client uses the
+    same threshold; a reply that came at once costs no second round trip."""
+    return elapsed > lease / 3
 
 
 def acquire_args(name: Any, token: bytes, ttl_ms: int, wait: Optional[int]) -> tuple:

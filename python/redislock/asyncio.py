@@ -37,12 +37,13 @@ from ._common import (
     acquire_args,
     hold_is_gone,
     is_wrongtype,
+    needs_confirmation,
     owned_by,
     parse_info,
     seconds_to_ms,
     translate,
 )
-from .lock import HANDOFF_SLACK, RETRY_DELAY
+from .lock import RETRY_DELAY
 
 logger = logging.getLogger(__name__)
 
@@ -308,9 +309,8 @@ class Lock:
         budget = Budget(blocking, blocking_timeout, time.monotonic())
         while True:
             sent = time.monotonic()
-            wait = budget.wait(sent)
             try:
-                fence = await self._try_acquire(token, wait)
+                fence = await self._try_acquire(token, budget.wait(sent))
             except ResponseError as e:
                 if not is_wrongtype(e):
                     raise translate(e, self.name) from None
@@ -322,22 +322,15 @@ class Lock:
                 continue
             if fence is None:
                 return False
-            break
-        start = max(sent, time.monotonic() - HANDOFF_SLACK) if wait is not None else sent
-        renewer = getattr(self.local, "renewer", None)
-        if self.token == token:  # a reentry
-            if renewer is not None:
-                renewer.confirmed(start + self.lease)
+            if self.token != token and needs_confirmation(time.monotonic() - sent, self.lease):
+                sent = time.monotonic()
+                if not await self._confirm(token):
+                    # Granted, but over before we knew: queue again if time is left.
+                    if budget.again(time.monotonic()):
+                        continue
+                    return False
+            self._held(token, int(fence), sent)
             return True
-        if renewer is not None:
-            renewer.stop()
-        self.local.token = token
-        self.local.fence = int(fence)
-        self.lost.clear()
-        self.local.renewer = (
-            _Renewer(self, token, self.lease, start) if self.auto_renewal else None
-        )
-        return True
 
     async def _try_acquire(self, token: bytes, wait: Optional[int]) -> Any:
         """As in the sync lock; a cancel counts as a failure."""
@@ -349,6 +342,20 @@ class Lock:
         except BaseException:
             await self._abandon(token)
             raise
+
+    async def _confirm(self, token: bytes) -> bool:
+        """As in the sync lock."""
+        try:
+            await self._renew(token, seconds_to_ms(self.lease))
+        except ResponseError as e:
+            if hold_is_gone(e):
+                return False
+            await self._abandon(token)
+            raise
+        except BaseException:
+            await self._abandon(token)
+            raise
+        return True
 
     async def _abandon(self, token: bytes) -> None:
         """As in the sync lock. The release runs shielded: a second cancel
@@ -366,6 +373,23 @@ class Lock:
         except Exception as e:  # the caller sees the failure that brought us here
             if not (isinstance(e, ResponseError) and hold_is_gone(e)):
                 logger.warning("releasing %r after a failed acquire failed: %s", self.name, e)
+
+    def _held(self, token: bytes, fence: int, start: float) -> None:
+        """As in the sync lock (the loop runs one step at a time, so the
+        renewer needs no holding still here)."""
+        renewer = getattr(self.local, "renewer", None)
+        if self.token == token:  # a reentry: the lease was reset, same hold
+            if renewer is not None:
+                renewer.confirmed(start + self.lease)
+            return
+        if renewer is not None:
+            renewer.stop()  # a hold this thread forgot about (new token)
+        self.local.token = token
+        self.local.fence = fence
+        self.lost.clear()
+        self.local.renewer = (
+            _Renewer(self, token, self.lease, start) if self.auto_renewal else None
+        )
 
     def _forget(self) -> None:
         renewer = getattr(self.local, "renewer", None)

@@ -30,6 +30,7 @@ from ._common import (
     acquire_args,
     hold_is_gone,
     is_wrongtype,
+    needs_confirmation,
     owned_by,
     parse_info,
     seconds_to_ms,
@@ -41,9 +42,6 @@ logger = logging.getLogger(__name__)
 # How soon the renewer tries again after a transport error (it keeps trying
 # until the lease it knows of has ended).
 RETRY_DELAY = 0.1
-# A hand-off reply reaches the client this long after the grant at most, as far
-# as the renewer's loss deadline is concerned (see Lock._held).
-HANDOFF_SLACK = 0.05
 
 
 # ---------------------------------------------------------------------------
@@ -361,9 +359,8 @@ class Lock:
         budget = Budget(blocking, blocking_timeout, time.monotonic())
         while True:
             sent = time.monotonic()
-            wait = budget.wait(sent)
             try:
-                fence = self._try_acquire(token, wait)
+                fence = self._try_acquire(token, budget.wait(sent))
             except ResponseError as e:
                 if not is_wrongtype(e):
                     raise translate(e, self.name) from None
@@ -375,7 +372,14 @@ class Lock:
                 continue
             if fence is None:
                 return False
-            self._held(token, int(fence), sent, waited=wait is not None)
+            if self.token != token and needs_confirmation(time.monotonic() - sent, self.lease):
+                sent = time.monotonic()
+                if not self._confirm(token):
+                    # Granted, but over before we knew: queue again if time is left.
+                    if budget.again(time.monotonic()):
+                        continue
+                    return False
+            self._held(token, int(fence), sent)
             return True
 
     def _try_acquire(self, token: bytes, wait: Optional[int]) -> Any:
@@ -390,6 +394,21 @@ class Lock:
         except BaseException:
             self._abandon(token)
             raise
+
+    def _confirm(self, token: bytes) -> bool:
+        """Renew a fresh grant whose reply came late (see needs_confirmation):
+        False if its hold has ended already. Failures as in _try_acquire."""
+        try:
+            self._renew(token, seconds_to_ms(self.lease))
+        except ResponseError as e:
+            if hold_is_gone(e):
+                return False
+            self._abandon(token)
+            raise
+        except BaseException:
+            self._abandon(token)
+            raise
+        return True
 
     def _abandon(self, token: bytes) -> None:
         """Release what an interrupted acquisition may have been granted: a
@@ -407,11 +426,11 @@ class Lock:
             if not (isinstance(e, ResponseError) and hold_is_gone(e)):
                 logger.warning("releasing %r after a failed acquire failed: %s", self.name, e)
 
-    def _held(self, token: bytes, fence: int, sent: float, waited: bool) -> None:
-        """Record a successful acquisition in this thread's state."""
-        # The lease started when the server granted it: no earlier than we
-        # sent the command, and, after a wait, shortly before the reply came.
-        start = max(sent, time.monotonic() - HANDOFF_SLACK) if waited else sent
+    def _held(self, token: bytes, fence: int, start: float) -> None:
+        """Record a successful acquisition in this thread's state. ``start``:
+        when the command that granted (or confirmed) the lease was sent. The
+        server started the lease later, so the loss deadline counted from
+        here can come early, never late."""
         renewer = getattr(self.local, "renewer", None)
         if self.token == token:  # a reentry: the lease was reset, same hold
             if renewer is not None:

@@ -150,6 +150,40 @@ def test_a_wait_cancelled_after_the_grant_leaves_nothing_held(server, r, name):
     assert info is None, f"held after the cancelled acquire: {info}"
 
 
+def test_a_late_grant_never_signals_loss_after_the_servers_lease_end(server, r, name):
+    """As the sync test: the grant's reply is held back until most of the
+    lease has passed; with renewals stuck, ``lost`` fires no later than the
+    server's lease ends."""
+    lease = 1.2
+
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        other = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        holder = Lock(client, name, timeout=10)
+        await holder.acquire()
+        lock = Lock(client, name, timeout=lease, auto_renewal=True)
+        task = asyncio.create_task(lock.acquire())
+        await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+        handover = other.pipeline(transaction=False)
+        handover.execute_command("LOCK.RELEASE", name, holder.token)
+        handover.execute_command("DEBUG", "SLEEP", lease - 0.3)
+        await handover.execute()
+        assert await asyncio.wait_for(task, 5) is True
+        await other.client_pause(3000, all=False)  # WRITE: renewals wait, reads go on
+        try:
+            ends = time.monotonic() + max(0, await other.pttl(name)) / 1000
+            await asyncio.wait_for(lock.lost.wait(), 3)
+            late = time.monotonic() - ends
+        finally:
+            await other.client_unpause()
+        await client.aclose()
+        await other.aclose()
+        return late
+
+    late = asyncio.run(main())
+    assert late < 0.2, f"lost fired {late:.3f} s after the server's lease ended"
+
+
 async def overwritten(client, key, cls):
     """redis-py's own lock tests fake another holder with a plain SET."""
     lock = cls(client, key, timeout=10)
