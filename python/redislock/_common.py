@@ -38,6 +38,43 @@ def wait_ms(blocking: bool, blocking_timeout: Optional[float]) -> Optional[int]:
     return seconds_to_ms(blocking_timeout)
 
 
+class Budget:
+    """The time one ``acquire()`` may spend, across its tries: redis-py's
+    ``blocking``/``blocking_timeout``. One ``LOCK.ACQUIRE … WAIT`` usually
+    spends it all; another try is needed while the key holds a value of
+    another type (polled, as redis-py polls) or after a grant that ended
+    before it could be confirmed. ``now`` is ``time.monotonic()``."""
+
+    def __init__(self, blocking: bool, blocking_timeout: Optional[float], now: float):
+        self.first_wait = wait_ms(blocking, blocking_timeout)
+        # None: a single try (first_wait None) or no limit (first_wait 0).
+        self.ends = now + blocking_timeout if self.first_wait else None
+
+    def wait(self, now: float) -> Optional[int]:
+        """The ``WAIT`` argument for a try sent at ``now``."""
+        if self.ends is None:
+            return self.first_wait
+        return seconds_to_ms(self.ends - now)
+
+    def again(self, now: float, pause: float = 0.0) -> bool:
+        """Whether another try fits after ``pause`` seconds (redis-py gives up
+        when its next try would start past ``blocking_timeout``)."""
+        if self.first_wait is None:
+            return False
+        return self.ends is None or now + pause <= self.ends
+
+
+def needs_confirmation(elapsed: float, lease: float) -> bool:
+    """Whether a fresh grant whose reply took ``elapsed`` seconds is renewed at
+    once. The lease began at the grant, somewhere between the send and the
+    reply, so it is counted from the send: never later than the server's.
+    After a long wait (or a reply held back by a slow command) that leaves
+    too little of it known; the renew then tells whether the hold still
+    exists and restarts the count from its own send. The Rust client uses the
+    same threshold; a reply that came at once costs no second round trip."""
+    return elapsed > lease / 3
+
+
 def acquire_args(name: Any, token: bytes, ttl_ms: int, wait: Optional[int]) -> tuple:
     if wait is None:
         return ("LOCK.ACQUIRE", name, token, ttl_ms)
@@ -60,8 +97,34 @@ def parse_info(reply: Any) -> Optional[Dict[str, Any]]:
     return {_text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
 
 
+def owned_by(info: Optional[Dict[str, Any]], token: Optional[bytes], encode: Any) -> bool:
+    """Whether ``info`` (from ``parse_info``, or ``OTHER_VALUE``) shows a hold
+    of ``token``; ``encode`` turns the reply's owner into bytes."""
+    if token is None or info is None or info["owner"] is None:
+        return False
+    return encode(info["owner"]) == token
+
+
+# What a lock reads as when its key holds a value of another type: taken (as
+# redis-py's GET-based lock sees any value), by no token.
+OTHER_VALUE: Dict[str, Any] = {"owner": None, "count": 0, "fence": None, "ttl": 0, "waiters": 0}
+
+
 def is_notowner(error: ResponseError) -> bool:
     return str(error).startswith("NOTOWNER")
+
+
+def is_wrongtype(error: ResponseError) -> bool:
+    """The key holds a value of another type (a ``SET`` over the lock, say).
+    In redis-py's terms the name is taken, by someone else."""
+    return str(error).startswith("WRONGTYPE")
+
+
+def hold_is_gone(error: ResponseError) -> bool:
+    """The server says a token holds nothing here: not the owner, or a value
+    of another type replaced the lock (that hold is gone for good, whatever
+    becomes of the key)."""
+    return is_notowner(error) or is_wrongtype(error)
 
 
 def translate(error: ResponseError, name: Any) -> Exception:

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable, Literal, Optional
+from typing import Any, Awaitable, Callable, Dict, Literal, Optional, Set
 
 from redis.exceptions import (
     AskError,
@@ -32,16 +32,24 @@ from redis.exceptions import (
 
 from ._common import (
     NO_TIMEOUT_LEASE,
+    OTHER_VALUE,
+    Budget,
     acquire_args,
-    is_notowner,
+    hold_is_gone,
+    is_wrongtype,
+    needs_confirmation,
+    owned_by,
     parse_info,
     seconds_to_ms,
     translate,
-    wait_ms,
 )
-from .lock import HANDOFF_SLACK, RETRY_DELAY
+from .lock import RETRY_DELAY
 
 logger = logging.getLogger(__name__)
+
+# Releases that must finish even if their caller is cancelled again: the loop
+# keeps only weak references to tasks.
+_shielded: Set["asyncio.Task[Any]"] = set()
 
 
 # ---------------------------------------------------------------------------
@@ -166,8 +174,8 @@ class _Renewer:
                 try:
                     await self.lock._renew(self.token, lease_ms)
                 except ResponseError as e:
-                    if is_notowner(e):
-                        self._lose("the server refused a renewal (NOTOWNER)")
+                    if hold_is_gone(e):
+                        self._lose(f"the server refused a renewal ({str(e).split()[0]})")
                         return
                     logger.warning("renewing %r failed: %s", self.lock.name, e)
                     delay = RETRY_DELAY
@@ -229,7 +237,7 @@ class Lock:
         self.redis = redis
         self.name = name
         self.timeout = timeout
-        self.sleep = sleep  # accepted for compatibility; waiting is server-side
+        self.sleep = sleep  # waiting is server-side, but a value of another type is polled
         self.blocking = blocking
         self.blocking_timeout = blocking_timeout
         self.thread_local = bool(thread_local)
@@ -290,36 +298,98 @@ class Lock:
         token: Optional[Any] = None,
     ) -> bool:
         """As ``redislock.Lock.acquire`` (redis-py's asyncio signature, which
-        has no ``sleep``)."""
+        has no ``sleep``: ``self.sleep`` paces the polling). Cancelled, it
+        leaves no hold behind: a grant that crossed the cancel is released."""
         token = uuid.uuid4().hex.encode() if token is None else self._encode(token)
+        sleep = self.sleep
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
-        wait = wait_ms(blocking, blocking_timeout)
+        budget = Budget(blocking, blocking_timeout, time.monotonic())
+        while True:
+            sent = time.monotonic()
+            try:
+                fence = await self._try_acquire(token, budget.wait(sent))
+            except ResponseError as e:
+                if not is_wrongtype(e):
+                    raise translate(e, self.name) from None
+                # Taken, in redis-py's terms, by a value the server queues
+                # nobody on: try again later, as redis-py polls.
+                if not budget.again(time.monotonic(), sleep):
+                    return False
+                await asyncio.sleep(sleep)
+                continue
+            if fence is None:
+                return False
+            if self.token != token and needs_confirmation(time.monotonic() - sent, self.lease):
+                sent = time.monotonic()
+                if not await self._confirm(token):
+                    # Granted, but over before we knew: queue again if time is left.
+                    if budget.again(time.monotonic()):
+                        continue
+                    return False
+            self._held(token, int(fence), sent)
+            return True
+
+    async def _try_acquire(self, token: bytes, wait: Optional[int]) -> Any:
+        """As in the sync lock; a cancel counts as a failure."""
         args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
-        sent = time.monotonic()
         try:
-            fence = await _acquire_call(self.redis, self.name, args, wait)
+            return await _acquire_call(self.redis, self.name, args, wait)
+        except ResponseError:
+            raise
+        except BaseException:
+            await self._abandon(token)
+            raise
+
+    async def _confirm(self, token: bytes) -> bool:
+        """As in the sync lock."""
+        try:
+            await self._renew(token, seconds_to_ms(self.lease))
         except ResponseError as e:
-            raise translate(e, self.name) from None
-        if fence is None:
-            return False
-        start = max(sent, time.monotonic() - HANDOFF_SLACK) if wait is not None else sent
+            if hold_is_gone(e):
+                return False
+            await self._abandon(token)
+            raise
+        except BaseException:
+            await self._abandon(token)
+            raise
+        return True
+
+    async def _abandon(self, token: bytes) -> None:
+        """As in the sync lock. The release runs shielded: a second cancel
+        stops the wait for it, not the release."""
+        if token == self.token:
+            return
+        release = asyncio.ensure_future(self._release_abandoned(token))
+        _shielded.add(release)
+        release.add_done_callback(_shielded.discard)
+        await asyncio.shield(release)
+
+    async def _release_abandoned(self, token: bytes) -> None:
+        try:
+            await self._execute("LOCK.RELEASE", self.name, token)
+        except Exception as e:  # the caller sees the failure that brought us here
+            if not (isinstance(e, ResponseError) and hold_is_gone(e)):
+                logger.warning("releasing %r after a failed acquire failed: %s", self.name, e)
+
+    def _held(self, token: bytes, fence: int, start: float) -> None:
+        """As in the sync lock (the loop runs one step at a time, so the
+        renewer needs no holding still here)."""
         renewer = getattr(self.local, "renewer", None)
-        if self.token == token:  # a reentry
+        if self.token == token:  # a reentry: the lease was reset, same hold
             if renewer is not None:
                 renewer.confirmed(start + self.lease)
-            return True
+            return
         if renewer is not None:
-            renewer.stop()
+            renewer.stop()  # a hold this thread forgot about (new token)
         self.local.token = token
-        self.local.fence = int(fence)
+        self.local.fence = fence
         self.lost.clear()
         self.local.renewer = (
             _Renewer(self, token, self.lease, start) if self.auto_renewal else None
         )
-        return True
 
     def _forget(self) -> None:
         renewer = getattr(self.local, "renewer", None)
@@ -329,13 +399,20 @@ class Lock:
         self.local.token = None
         self.local.fence = None
 
+    async def _info(self) -> Optional[Dict[str, Any]]:
+        try:
+            return parse_info(await self._execute("LOCK.INFO", self.name))
+        except ResponseError as e:
+            if not is_wrongtype(e):
+                raise
+            return OTHER_VALUE
+
     async def locked(self) -> bool:
-        return await self._execute("LOCK.INFO", self.name) is not None
+        return await self._info() is not None
 
     async def owned(self) -> bool:
         token = self.token
-        info = parse_info(await self._execute("LOCK.INFO", self.name))
-        return token is not None and info is not None and self._encode(info["owner"]) == token
+        return owned_by(await self._info(), token, self._encode)
 
     async def _paused(self, body: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``body`` with this hold's renewer held still (see sync Lock)."""
@@ -359,7 +436,7 @@ class Lock:
             except LockError:
                 raise
             except ResponseError as e:
-                if not is_notowner(e):
+                if not hold_is_gone(e):
                     raise
                 self._forget()
                 raise LockNotOwnedError(
@@ -383,8 +460,8 @@ class Lock:
             sent = time.monotonic()
             ttl_ms = int(additional_time * 1000)
             if not replace_ttl:
-                info = parse_info(await self._execute("LOCK.INFO", self.name))
-                if info is None or self._encode(info["owner"]) != token:
+                info = await self._info()
+                if not owned_by(info, token, self._encode):
                     raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
                 ttl_ms += int(info["ttl"])
             ttl_ms = max(1, ttl_ms)
@@ -419,6 +496,6 @@ class Lock:
         except LockError:
             raise
         except ResponseError as e:
-            if not is_notowner(e):
+            if not hold_is_gone(e):
                 raise
             raise LockNotOwnedError(f"Cannot {verb} a lock that's no longer owned") from None

@@ -11,7 +11,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from types import SimpleNamespace, TracebackType
-from typing import Any, Callable, Iterator, Literal, Optional, Type
+from typing import Any, Callable, Dict, Iterator, Literal, Optional, Type
 
 from redis.exceptions import (
     AskError,
@@ -25,12 +25,16 @@ from redis.exceptions import (
 
 from ._common import (
     NO_TIMEOUT_LEASE,
+    OTHER_VALUE,
+    Budget,
     acquire_args,
-    is_notowner,
+    hold_is_gone,
+    is_wrongtype,
+    needs_confirmation,
+    owned_by,
     parse_info,
     seconds_to_ms,
     translate,
-    wait_ms,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,9 +42,6 @@ logger = logging.getLogger(__name__)
 # How soon the renewer tries again after a transport error (it keeps trying
 # until the lease it knows of has ended).
 RETRY_DELAY = 0.1
-# A hand-off reply reaches the client this long after the grant at most, as far
-# as the renewer's loss deadline is concerned (see Lock._held).
-HANDOFF_SLACK = 0.05
 
 
 # ---------------------------------------------------------------------------
@@ -63,7 +64,7 @@ def _read_timeout(connection: Any, wait: Optional[int]) -> Optional[float]:
 def _acquire_on_pool(pool: Any, args: tuple, wait: Optional[int], asking: bool = False) -> Any:
     """Send one ``LOCK.ACQUIRE`` on a connection taken from ``pool`` and read
     its reply with a timeout that fits its wait. Any failure while waiting
-    closes that connection: the server then drops us from the queue (SPEC §6)
+    closes that connection: the server then drops us from the queue
     and no late reply can land on a pooled connection.
 
     Never retried (redis-py's execute_command retries after a connection
@@ -181,8 +182,8 @@ class _Renewer:
                 try:
                     self.lock._renew(self.token, lease_ms)
                 except ResponseError as e:
-                    if is_notowner(e):
-                        self._lose("the server refused a renewal (NOTOWNER)")
+                    if hold_is_gone(e):
+                        self._lose(f"the server refused a renewal ({str(e).split()[0]})")
                         return
                     logger.warning("renewing %r failed: %s", self.lock.name, e)
                     delay = RETRY_DELAY
@@ -228,7 +229,8 @@ class Lock:
     Differences from redis-py (the rest keeps its meaning):
 
     - A blocking ``acquire`` waits in the server's queue (first come, first
-      served) instead of polling; ``sleep`` is accepted and ignored.
+      served) instead of polling; ``sleep`` only paces the tries while the
+      key holds a value of another type, which the server queues nobody on.
     - ``timeout=None`` (or 0), "no expiry" in redis-py, holds a lease of
       ``no_timeout_lease`` seconds (30) renewed automatically by a daemon
       thread: the lock stays held while the process lives and frees itself
@@ -260,7 +262,7 @@ class Lock:
         self.redis = redis
         self.name = name
         self.timeout = timeout
-        self.sleep = sleep  # accepted for compatibility; waiting is server-side
+        self.sleep = sleep  # waiting is server-side, but a value of another type is polled
         self.blocking = blocking
         self.blocking_timeout = blocking_timeout
         self.thread_local = bool(thread_local)
@@ -341,29 +343,94 @@ class Lock:
         ``blocking=False``: one attempt. Blocking: wait in the server's queue
         for at most ``blocking_timeout`` seconds (None: without a limit).
         ``token``: the owner string to use (default: a random one); the
-        current owner's token reenters. ``sleep`` is ignored."""
+        current owner's token reenters. ``sleep``: the pause between tries
+        while the key holds a value of another type (taken, in redis-py's
+        terms, but nothing the server can queue us on).
+
+        An exception (or Ctrl-C) leaves no hold behind: a grant that crossed
+        it is released (if the server can still be reached)."""
         token = uuid.uuid4().hex.encode() if token is None else self._encode(token)
+        if sleep is None:
+            sleep = self.sleep
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
-        wait = wait_ms(blocking, blocking_timeout)
+        budget = Budget(blocking, blocking_timeout, time.monotonic())
+        while True:
+            sent = time.monotonic()
+            try:
+                fence = self._try_acquire(token, budget.wait(sent))
+            except ResponseError as e:
+                if not is_wrongtype(e):
+                    raise translate(e, self.name) from None
+                # Taken, in redis-py's terms, by a value the server queues
+                # nobody on: try again later, as redis-py polls.
+                if not budget.again(time.monotonic(), sleep):
+                    return False
+                time.sleep(sleep)
+                continue
+            if fence is None:
+                return False
+            if self.token != token and needs_confirmation(time.monotonic() - sent, self.lease):
+                sent = time.monotonic()
+                if not self._confirm(token):
+                    # Granted, but over before we knew: queue again if time is left.
+                    if budget.again(time.monotonic()):
+                        continue
+                    return False
+            self._held(token, int(fence), sent)
+            return True
+
+    def _try_acquire(self, token: bytes, wait: Optional[int]) -> Any:
+        """One ``LOCK.ACQUIRE``: the fence, or None. An error reply granted
+        nothing; any other failure (a timeout, a lost connection, Ctrl-C) may
+        have crossed a grant, so that is released before the failure goes on."""
         args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
-        sent = time.monotonic()
         try:
-            fence = _acquire_call(self.redis, self.name, args, wait)
+            return _acquire_call(self.redis, self.name, args, wait)
+        except ResponseError:
+            raise
+        except BaseException:
+            self._abandon(token)
+            raise
+
+    def _confirm(self, token: bytes) -> bool:
+        """Renew a fresh grant whose reply came late (see needs_confirmation):
+        False if its hold has ended already. Failures as in _try_acquire."""
+        try:
+            self._renew(token, seconds_to_ms(self.lease))
         except ResponseError as e:
-            raise translate(e, self.name) from None
-        if fence is None:
-            return False
-        self._held(token, int(fence), sent, waited=wait is not None)
+            if hold_is_gone(e):
+                return False
+            self._abandon(token)
+            raise
+        except BaseException:
+            self._abandon(token)
+            raise
         return True
 
-    def _held(self, token: bytes, fence: int, sent: float, waited: bool) -> None:
-        """Record a successful acquisition in this thread's state."""
-        # The lease started when the server granted it: no earlier than we
-        # sent the command, and, after a wait, shortly before the reply came.
-        start = max(sent, time.monotonic() - HANDOFF_SLACK) if waited else sent
+    def _abandon(self, token: bytes) -> None:
+        """Release what an interrupted acquisition may have been granted: a
+        hold whose token nobody knows keeps everyone out for its whole lease.
+        Not for this thread's own token: that acquisition was a reentry that
+        may or may not have counted, and a release could end the hold itself."""
+        if token == self.token:
+            return
+        self._release_abandoned(token)
+
+    def _release_abandoned(self, token: bytes) -> None:
+        try:
+            self._execute("LOCK.RELEASE", self.name, token)
+        except Exception as e:  # the caller sees the failure that brought us here
+            if not (isinstance(e, ResponseError) and hold_is_gone(e)):
+                logger.warning("releasing %r after a failed acquire failed: %s", self.name, e)
+
+    def _held(self, token: bytes, fence: int, start: float) -> None:
+        """Record a successful acquisition in this thread's state. ``start``:
+        when the command that granted (or confirmed) the lease was sent. The
+        server started the lease later, so the loss deadline counted from
+        here can come early, never late."""
         renewer = getattr(self.local, "renewer", None)
         if self.token == token:  # a reentry: the lease was reset, same hold
             if renewer is not None:
@@ -387,15 +454,24 @@ class Lock:
         self.local.token = None
         self.local.fence = None
 
+    def _info(self) -> Optional[Dict[str, Any]]:
+        """The lock's ``LOCK.INFO`` fields (None: free); ``OTHER_VALUE`` when
+        the key holds a value of another type."""
+        try:
+            return parse_info(self._execute("LOCK.INFO", self.name))
+        except ResponseError as e:
+            if not is_wrongtype(e):
+                raise
+            return OTHER_VALUE
+
     def locked(self) -> bool:
-        """True if anyone holds the lock."""
-        return self._execute("LOCK.INFO", self.name) is not None
+        """True if anyone holds the lock (or the key holds another value)."""
+        return self._info() is not None
 
     def owned(self) -> bool:
         """True if this thread's token holds the lock."""
         token = self.token
-        info = parse_info(self._execute("LOCK.INFO", self.name))
-        return token is not None and info is not None and self._encode(info["owner"]) == token
+        return owned_by(self._info(), token, self._encode)
 
     def release(self) -> None:
         """Undo one acquisition; the lock is free when the count reaches 0.
@@ -416,7 +492,7 @@ class Lock:
             except LockError:
                 raise
             except ResponseError as e:
-                if not is_notowner(e):
+                if not hold_is_gone(e):
                     raise
                 self._forget()
                 raise LockNotOwnedError(
@@ -444,8 +520,8 @@ class Lock:
         if not replace_ttl:
             # The module renews to a ttl from now, so read what is left first.
             # RENEW checks ownership again: a lock lost in between is refused.
-            info = parse_info(self._execute("LOCK.INFO", self.name))
-            if info is None or self._encode(info["owner"]) != token:
+            info = self._info()
+            if not owned_by(info, token, self._encode):
                 raise LockNotOwnedError(
                     "Cannot extend a lock that's no longer owned", lock_name=self.name
                 )
@@ -489,7 +565,7 @@ class Lock:
         except LockError:
             raise
         except ResponseError as e:
-            if not is_notowner(e):
+            if not hold_is_gone(e):
                 raise
             raise LockNotOwnedError(
                 f"Cannot {verb} a lock that's no longer owned", lock_name=self.name

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -148,6 +149,21 @@ def wait_waiters(client: redis.Redis, name: str, n: int, timeout: float = 10.0) 
         timeout,
         f"{n} waiters on {name}",
     )
+
+
+def in_thread(fn):
+    """Run ``fn`` in a thread; the returned thread's ``result`` holds its
+    value or the exception it raised."""
+    def body():
+        try:
+            worker.result = fn()
+        except BaseException as e:
+            worker.result = e
+
+    worker = threading.Thread(target=body, daemon=True)
+    worker.result = None
+    worker.start()
+    return worker
 
 
 # -- fixtures ----------------------------------------------------------------

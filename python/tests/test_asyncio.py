@@ -126,6 +126,135 @@ def test_a_cancelled_wait_leaves_the_queue(server, r, name):
     assert free and token is None
 
 
+def test_a_wait_cancelled_after_the_grant_leaves_nothing_held(server, r, name):
+    """The lock is handed over while this event loop is busy (a blocking
+    call), and the waiting task is cancelled before it could read its grant:
+    the hold it was granted must not outlive the cancelled acquire."""
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        holder = Lock(client, name, timeout=10)
+        await holder.acquire()
+        waiter = Lock(client, name, timeout=10)
+        task = asyncio.create_task(waiter.acquire())
+        await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+        r.execute_command("LOCK.RELEASE", name, holder.token)  # blocks this loop
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        info = parse_info(await client.execute_command("LOCK.INFO", name))
+        await client.aclose()
+        return info, waiter.token
+
+    info, token = asyncio.run(main())
+    assert token is None
+    assert info is None, f"held after the cancelled acquire: {info}"
+
+
+def test_a_late_grant_never_signals_loss_after_the_servers_lease_end(server, r, name):
+    """As the sync test: the grant's reply is held back until most of the
+    lease has passed; with renewals stuck, ``lost`` fires no later than the
+    server's lease ends."""
+    lease = 1.2
+
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        other = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        holder = Lock(client, name, timeout=10)
+        await holder.acquire()
+        lock = Lock(client, name, timeout=lease, auto_renewal=True)
+        task = asyncio.create_task(lock.acquire())
+        await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+        handover = other.pipeline(transaction=False)
+        handover.execute_command("LOCK.RELEASE", name, holder.token)
+        handover.execute_command("DEBUG", "SLEEP", lease - 0.3)
+        await handover.execute()
+        assert await asyncio.wait_for(task, 5) is True
+        await other.client_pause(3000, all=False)  # WRITE: renewals wait, reads go on
+        try:
+            ends = time.monotonic() + max(0, await other.pttl(name)) / 1000
+            await asyncio.wait_for(lock.lost.wait(), 3)
+            late = time.monotonic() - ends
+        finally:
+            await other.client_unpause()
+        await client.aclose()
+        await other.aclose()
+        return late
+
+    late = asyncio.run(main())
+    assert late < 0.2, f"lost fired {late:.3f} s after the server's lease ended"
+
+
+async def overwritten(client, key, cls):
+    """redis-py's own lock tests fake another holder with a plain SET."""
+    lock = cls(client, key, timeout=10)
+    await lock.acquire()
+    await client.set(key, "x")
+    seen = [await attempt(lock.owned), await attempt(lock.locked)]
+    seen += [await attempt(lambda: lock.extend(1)), await attempt(lambda: lock.extend(1, True))]
+    seen += [await attempt(lock.reacquire)]
+    seen += [await attempt(lock.release), lock.local.token, await attempt(lock.release)]
+    other = cls(client, key, timeout=10, blocking_timeout=0.2)
+    seen += [await attempt(lambda: other.acquire(blocking=False)), await attempt(other.acquire)]
+    await client.delete(key)
+    seen += [await other.acquire(blocking=False), await attempt(other.release)]
+    return seen
+
+
+def test_a_value_written_over_the_lock_as_redis_py_asyncio(server, r):
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            seen = {}
+            for label, cls in (("redis-py", redis.asyncio.lock.Lock), ("ours", Lock)):
+                seen[label] = await attempt(lambda: overwritten(client, f"async:{label}", cls))
+            return seen
+        finally:
+            await client.aclose()
+
+    seen = asyncio.run(main())
+    assert seen["ours"] == seen["redis-py"]
+
+
+def test_a_value_written_over_a_renewing_lock_fires_lost_at_the_next_renewal(server, r, name):
+    lease = 3.0  # a renewal after 1 s; the lease would end after 3 s
+
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        lock = Lock(client, name, timeout=lease, auto_renewal=True)
+        await lock.acquire()
+        await client.set(name, "x")
+        try:
+            await asyncio.wait_for(lock.lost.wait(), lease / 3 + 0.7)
+        except asyncio.TimeoutError:
+            raise AssertionError("lost did not fire at the first renewal") from None
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert commandstat(r, "lock.renew") == 1  # one refusal, no retries
+
+
+def test_a_blocking_acquire_on_a_value_of_another_type_waits_until_it_is_gone(server, r, name):
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await client.set(name, "x")
+        lock = Lock(client, name, timeout=10, sleep=0.02)
+        task = asyncio.create_task(lock.acquire(blocking_timeout=10))
+
+        async def retried():
+            return commandstat(r, "lock.acquire") >= 2 or task.done()
+
+        await eventually(retried, what="a second try")
+        assert not task.done(), task.exception()
+        await client.delete(name)
+        assert await asyncio.wait_for(task, 5) is True
+        assert await lock.owned()
+        await lock.release()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_reentrancy_and_release_errors(server, r, name):
     async def main():
         client = redis.asyncio.Redis(host="127.0.0.1", port=server.port, protocol=2)

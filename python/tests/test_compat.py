@@ -82,6 +82,23 @@ def lost_lock(r, key, make):
     return seen
 
 
+def overwritten_by_another_value(r, key, make):
+    """redis-py's own lock tests fake another holder with a plain SET."""
+    lock = make(timeout=10)
+    lock.acquire()
+    r.set(key, "x")
+    seen = [lock.owned(), lock.locked()]
+    seen += [attempt(lambda: lock.extend(1)), attempt(lambda: lock.extend(1, True))]
+    seen += [attempt(lock.reacquire)]
+    seen += [attempt(lock.release), lock.local.token, attempt(lock.release)]
+    other = make(timeout=10, blocking_timeout=0.2)
+    seen += [attempt(lambda: other.acquire(blocking=False)), attempt(other.acquire)]
+    seen += [other.owned(), other.locked(), r.get(key) in ("x", b"x")]
+    r.delete(key)
+    seen += [other.acquire(blocking=False), other.owned(), attempt(other.release)]
+    return seen
+
+
 def release_error_in_context(r, key, make):
     def body(raise_on_release_error):
         with make(timeout=10, raise_on_release_error=raise_on_release_error):
@@ -136,6 +153,7 @@ SCENARIOS = [
     extend_and_reacquire,
     extend_without_timeout,
     lost_lock,
+    overwritten_by_another_value,
     release_error_in_context,
     expiry,
     explicit_token,

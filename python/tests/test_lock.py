@@ -8,22 +8,7 @@ import redis
 
 from redislock import Lock, LockError, LockNotOwnedError, ModuleNotLoadedError
 
-from conftest import commandstat, lock_info, wait_until, wait_waiters
-
-
-def in_thread(fn):
-    """Run ``fn`` in a thread; the returned thread's ``result`` holds its
-    value or the exception it raised."""
-    def body():
-        try:
-            worker.result = fn()
-        except BaseException as e:
-            worker.result = e
-
-    worker = threading.Thread(target=body, daemon=True)
-    worker.result = None
-    worker.start()
-    return worker
+from conftest import commandstat, in_thread, lock_info, wait_until, wait_waiters
 
 
 # -- fences ------------------------------------------------------------------
@@ -160,6 +145,43 @@ def test_a_wait_outlives_the_clients_socket_timeout(server, r, name):
         assert waiter.result is True, waiter.result
         holder = lock
     assert commandstat(r, "lock.acquire") == 3
+
+
+def test_an_acquire_that_fails_after_its_grant_leaves_nothing_held(server, r, name):
+    """The grant's reply is held back (a slow command pipelined after the
+    release that handed the lock over) past the waiting acquire's read
+    timeout: acquire raises, and the hold it was granted must not outlive it
+    (nobody would know its token to release it)."""
+    holder = Lock(r, name, timeout=10)
+    holder.acquire()
+    client = server.client(socket_timeout=0.5)
+    lock = Lock(client, name, timeout=10, blocking_timeout=0.3, thread_local=False)
+    waiter = in_thread(lock.acquire)  # reads its reply for 0.3 + 0.5 s at most
+    wait_waiters(r, name, 1)
+    handover = r.pipeline(transaction=False)
+    handover.execute_command("LOCK.RELEASE", name, holder.token)
+    handover.execute_command("DEBUG", "SLEEP", 1.0)
+    handover.execute()
+    waiter.join(5)
+    assert isinstance(waiter.result, redis.exceptions.TimeoutError), waiter.result
+    assert lock.token is None
+    assert lock_info(r, name) is None
+
+
+def test_a_blocking_acquire_on_a_value_of_another_type_waits_until_it_is_gone(r, name):
+    """In redis-py's terms a key holding anything is a taken lock: a blocking
+    acquire keeps trying (every ``sleep``) instead of failing on WRONGTYPE."""
+    r.set(name, "x")
+    lock = Lock(r, name, timeout=10, sleep=0.02, thread_local=False)
+    waiter = in_thread(lambda: lock.acquire(blocking_timeout=10))
+    wait_until(lambda: commandstat(r, "lock.acquire") >= 2 or not waiter.is_alive(),
+               what="a second try")
+    assert waiter.is_alive(), waiter.result
+    r.delete(name)
+    waiter.join(5)
+    assert waiter.result is True, waiter.result
+    assert lock.owned()
+    lock.release()
 
 
 def test_lease_is_the_timeout(r, name):
