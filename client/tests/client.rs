@@ -18,7 +18,7 @@ mod examples;
 /// servers are killed, restarted and paused.
 #[path = "client/redlock.rs"]
 mod redlock;
-/// One server: guard, watchdog, waits and their cancellation, drops,
-/// `with_lock`, the blocking API.
+/// One server: guard, watchdog, waits (longer than the ttl too) and their
+/// cancellation, drops, `with_lock`, the blocking API.
 #[path = "client/single.rs"]
 mod single;
