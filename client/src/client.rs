@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::conn::{self, Conn};
 use crate::error::Error;
-use crate::guard::{Backend, BoxFuture, Context, Guard};
+use crate::guard::{Backend, BoxFuture, Context, Guard, Pending};
 use crate::options::{deadline, LockOptions};
 
 /// How long one reply may take on the shared connection.
@@ -123,19 +123,22 @@ impl Client {
     /// The wait runs on a connection of its own. Cancelling it (dropping the
     /// future) closes that connection, so the server drops the waiter, and
     /// sends `LOCK.RELEASE` for a grant that may have crossed the cancel.
+    ///
+    /// A waiter's lease starts when the server grants it, which the client
+    /// cannot see. After a short wait the send time of the request bounds it
+    /// closely enough; after a longer one (over a third of the ttl) the
+    /// client renews once before handing out the guard, and counts the lease
+    /// from that renew's send time.
     pub async fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         let ttl_ms = opts.ttl_ms()?;
         let wait_ms = opts.wait_ms()?;
         let owner = self.inner.owners.next();
         let limit = opts.wait_limit().map(|wait| wait + WAIT_MARGIN);
         let mut link = self.inner.server.conn.dedicated(limit).await?;
-        // Armed until a reply is in hand: dropping this future, or giving up
-        // on the server's answer, releases what may have been granted.
-        let mut cancel = CancelGuard {
-            client: Some(self.clone()),
-            key,
-            owner: &owner,
-        };
+        // Armed until a guard holds the lock: dropping this future, giving
+        // up on the server's answer, or failing to confirm a grant releases
+        // what may have been granted.
+        let mut pending = Pending::new(self.context(), key, &owner);
         let sent = Instant::now();
         let reply = link
             .query::<Option<u64>>(&conn::acquire(key, &owner, ttl_ms, Some(wait_ms)))
@@ -144,22 +147,29 @@ impl Client {
         let fence = match reply {
             Ok(Some(fence)) => fence,
             Ok(None) => {
-                cancel.disarm();
+                pending.disarm();
                 return Err(Error::TimedOut);
             }
             Err(err) if err.is_timeout() => return Err(Error::TimedOut),
             Err(err) => return Err(Error::from_redis(err)),
         };
-        cancel.disarm();
-        // The grant came somewhere between the send and now; its lease ends
-        // at least `ttl` after the send. After a long wait, renew at once
-        // to know the deadline closely.
-        let deadline = deadline(sent, opts.ttl());
-        let mut guard = self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline);
-        if sent.elapsed() > opts.ttl() / 3 {
-            guard.renew().await?;
-        }
-        Ok(guard)
+        let deadline = if sent.elapsed() > opts.ttl() / 3 {
+            // The lease ends at least `ttl` after the grant, but the send of
+            // the request tells little of when that was (after a wait longer
+            // than the ttl, that lease would look over already). A renew
+            // sent now pins it from its own send time. It is done before
+            // the guard exists: a watchdog started on the stale deadline
+            // would declare the lock lost before the renew came back.
+            let renewed = Instant::now();
+            self.inner.server.renew(key, &owner, ttl_ms).await?;
+            deadline(renewed, opts.ttl())
+        } else {
+            // The grant came between the send and now: the lease runs at
+            // least `ttl` from the send.
+            deadline(sent, opts.ttl())
+        };
+        pending.disarm();
+        Ok(self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline))
     }
 
     /// Runs `f` under the lock (taken with [`Client::lock`]) and releases it
@@ -188,13 +198,8 @@ impl Client {
         ttl_ms: u64,
         deadline: Instant,
     ) -> Guard {
-        let ctx = Context {
-            backend: self.inner.server.clone(),
-            tasks: self.inner.tasks.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        };
         Guard::start(
-            ctx,
+            self.context(),
             key.to_string(),
             owner,
             fence,
@@ -212,38 +217,12 @@ impl Client {
         self.inner.tasks.len()
     }
 
-    /// Sends `LOCK.RELEASE key owner ALL` in the background.
-    fn release_later(&self, key: String, owner: String) {
-        let server = self.inner.server.clone();
-        let job = async move {
-            let _ = server
-                .conn
-                .query::<u64>(&conn::release(&key, &owner, true))
-                .await;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            self.inner.tasks.spawn_on(job, &runtime);
-        }
-    }
-}
-
-/// Releases a lock that a cancelled wait may have been granted.
-struct CancelGuard<'a> {
-    client: Option<Client>,
-    key: &'a str,
-    owner: &'a str,
-}
-
-impl CancelGuard<'_> {
-    fn disarm(&mut self) {
-        self.client = None;
-    }
-}
-
-impl Drop for CancelGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            client.release_later(self.key.to_string(), self.owner.to_string());
+    /// Where guards of this client live and run their background tasks.
+    fn context(&self) -> Context {
+        Context {
+            backend: self.inner.server.clone(),
+            tasks: self.inner.tasks.clone(),
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 }

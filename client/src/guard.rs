@@ -120,6 +120,48 @@ pub(crate) struct Context {
     pub(crate) runtime: tokio::runtime::Handle,
 }
 
+/// What a lock call may hold before it hands out a [`Guard`]: a grant whose
+/// reply may not have arrived yet, or that is still being confirmed. Dropped
+/// while armed (the call's future was dropped, or the call gave up), it sends
+/// `LOCK.RELEASE … ALL` in the background and never blocks the drop.
+pub(crate) struct Pending<'a> {
+    ctx: Option<Context>,
+    key: &'a str,
+    owner: &'a str,
+}
+
+impl<'a> Pending<'a> {
+    pub(crate) fn new(ctx: Context, key: &'a str, owner: &'a str) -> Pending<'a> {
+        Pending {
+            ctx: Some(ctx),
+            key,
+            owner,
+        }
+    }
+
+    /// Nothing to undo: no grant, a release already done, or a guard now
+    /// holds the lock.
+    pub(crate) fn disarm(&mut self) {
+        self.ctx = None;
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let Some(ctx) = self.ctx.take() else {
+            return;
+        };
+        let backend = ctx.backend;
+        let key = self.key.to_string();
+        let owner = self.owner.to_string();
+        let job = async move {
+            // Best effort: if it fails, the lease ends by itself.
+            let _ = backend.release(&key, &owner, true).await;
+        };
+        ctx.tasks.spawn_on(job, &ctx.runtime);
+    }
+}
+
 /// A lock held by this client. Dropping it releases the lock in the
 /// background (it never blocks); [`Guard::release`] releases it now and
 /// says what is left.

@@ -33,6 +33,16 @@
 //! A server whose clock lags the highest by more than an hour refuses the
 //! raise (`min-fence` is bounded by its clock + 1 h): it counts as a server
 //! that did not answer.
+//!
+//! # Cancelling
+//! Dropping a `lock` or `try_lock` future before it returns (a
+//! `tokio::time::timeout`, a `select!` branch that lost) gives the lock up:
+//! the client sends `LOCK.RELEASE key owner ALL` to every server in the
+//! background, without blocking the drop. Each goes on the link its
+//! `LOCK.ACQUIRE` went on, after it, so a server that grants only after the
+//! cancel (a slow one, whose reply had not come back) is released too.
+//! Nothing stays held for the ttl, and other clients can get a majority at
+//! once.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,7 +58,7 @@ use tokio_util::task::TaskTracker;
 use crate::client::Owners;
 use crate::conn::{self, Conn};
 use crate::error::Error;
-use crate::guard::{Backend, BoxFuture, Context, Guard};
+use crate::guard::{Backend, BoxFuture, Context, Guard, Pending};
 use crate::options::{deadline, LockOptions};
 
 /// Options of a [`Redlock`].
@@ -147,21 +157,34 @@ impl Redlock {
 
     /// One round: the lock if a majority grants it in time, else
     /// [`Error::NoQuorum`] (after releasing on every server).
+    ///
+    /// Cancelling it (dropping the future) releases on every server in the
+    /// background, grants still in flight included.
     pub async fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         let ttl_ms = opts.ttl_ms()?;
         let owner = self.inner.owners.next();
         let servers = &self.inner.servers;
-        match servers.acquire_round(key, &owner, opts.ttl(), ttl_ms).await {
-            Ok((fence, deadline)) => Ok(self.guard(key, owner, fence, opts, ttl_ms, deadline)),
+        // Armed until a guard holds the lock or the round has released.
+        // Each server's release goes on the link its acquire went on, after
+        // it, so it also undoes a grant whose reply had not come back yet.
+        let mut pending = Pending::new(self.context(), key, &owner);
+        let round = servers.acquire_round(key, &owner, opts.ttl(), ttl_ms).await;
+        match round {
+            Ok((fence, deadline)) => {
+                pending.disarm();
+                Ok(self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline))
+            }
             Err(err) => {
                 servers.release_everywhere(key, &owner).await;
+                pending.disarm();
                 Err(err)
             }
         }
     }
 
     /// Rounds until a majority grants the lock, or the options' wait ends
-    /// ([`Error::TimedOut`]); a random delay between rounds.
+    /// ([`Error::TimedOut`]); a random delay between rounds. Cancelling it
+    /// releases as [`Redlock::try_lock`] does.
     pub async fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         let until = opts.wait_limit().map(|wait| Instant::now() + wait);
         loop {
@@ -208,13 +231,8 @@ impl Redlock {
         ttl_ms: u64,
         deadline: Instant,
     ) -> Guard {
-        let ctx = Context {
-            backend: self.inner.servers.clone(),
-            tasks: self.inner.tasks.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        };
         Guard::start(
-            ctx,
+            self.context(),
             key.to_string(),
             owner,
             fence,
@@ -223,6 +241,15 @@ impl Redlock {
             deadline,
             opts.has_watchdog(),
         )
+    }
+
+    /// Where guards of this Redlock live and run their background tasks.
+    fn context(&self) -> Context {
+        Context {
+            backend: self.inner.servers.clone(),
+            tasks: self.inner.tasks.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }
     }
 
     /// Background tasks alive now (watchdogs, releases after a drop). For tests.

@@ -13,12 +13,12 @@ mod cluster;
 /// The examples in `examples/`, run as processes.
 #[path = "client/examples.rs"]
 mod examples;
-/// Redlock over 3 and 5 servers: quorum, renew and loss, fences that rise
-/// (and fall without the fence round), and a fenced store hammered while
-/// servers are killed, restarted and paused.
+/// Redlock over 3 and 5 servers: quorum, renew and loss, a cancelled
+/// acquisition, fences that rise (and fall without the fence round), and a
+/// fenced store hammered while servers are killed, restarted and paused.
 #[path = "client/redlock.rs"]
 mod redlock;
-/// One server: guard, watchdog, waits and their cancellation, drops,
-/// `with_lock`, the blocking API.
+/// One server: guard, watchdog, waits (longer than the ttl too) and their
+/// cancellation, drops, `with_lock`, the blocking API.
 #[path = "client/single.rs"]
 mod single;

@@ -75,6 +75,28 @@ async fn guards_watchdog_and_waits_on_every_master() {
             node.lock_info(key).is_none()
         });
     }
+
+    // A wait longer than the ttl: the lease starts at the grant, so the
+    // guard is live and its master sees the watchdog keep it.
+    let node = cluster.node_of(KEYS[2]);
+    let _: i64 = node.q(&["LOCK.ACQUIRE", KEYS[2], "other", "700"]);
+    let guard = client.lock(KEYS[2], &opts).await.unwrap();
+    assert!(
+        !guard.is_lost(),
+        "lost at once: {:?}",
+        guard.loss().reason()
+    );
+    let renews = node.calls("lock.renew");
+    wait_until("four renews", SECOND * 5, || {
+        node.calls("lock.renew") >= renews + 4
+    });
+    assert!(!guard.is_lost(), "lost: {:?}", guard.loss().reason());
+    assert_eq!(
+        node.lock_info(KEYS[2]).map(|i| i.0),
+        Some(guard.owner().to_string())
+    );
+    drop(guard);
+    wait_until("released", SECOND * 5, || node.lock_info(KEYS[2]).is_none());
     wait_until("no background task", SECOND * 5, || {
         client.background_tasks() == 0
     });

@@ -1,6 +1,7 @@
-//! Redlock over independent servers: majority, renew and loss, the fence
-//! round (and what goes wrong without it), and a fenced store hammered by
-//! workers while servers are killed, restarted and paused.
+//! Redlock over independent servers: majority, renew and loss, a cancelled
+//! acquisition, the fence round (and what goes wrong without it), and a
+//! fenced store hammered by workers while servers are killed, restarted and
+//! paused.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -102,6 +103,58 @@ async fn renew_needs_a_majority_and_loss_follows_without_one() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(s[2].calls("lock.renew"), calls);
     assert_eq!(redlock.background_tasks(), 0);
+}
+
+/// A Redlock acquisition cancelled mid-round (its future dropped) while one
+/// server is slow: the fast servers had granted, the slow one grants after
+/// the cancel. Nothing may stay held: every server is released in the
+/// background, and another client gets the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquisition_releases_on_every_server() {
+    let s = servers(3);
+    // Answers may take longer than the slow server's pause: the client keeps
+    // its link to it, so the acquire and the release after it both run
+    // there once the pause ends (a link given up would take both along).
+    let patient = RedlockOptions {
+        server_timeout: SECOND,
+        ..RedlockOptions::default()
+    };
+    let redlock = Redlock::with_options(urls(&s), patient).unwrap();
+    let other = Redlock::new(urls(&s)).unwrap();
+    let opts = LockOptions::new(SECOND * 10);
+    // Connections open first, so the cancel lands mid-round, not mid-connect.
+    let warm = redlock.try_lock("warm", &opts).await.unwrap();
+    warm.release_all().await.unwrap();
+
+    for call in ["lock", "try_lock"] {
+        let acquires = s[2].calls("lock.acquire");
+        // Writes wait on the slow server; its grant comes after the cancel.
+        let _: () = s[2].q(&["CLIENT", "PAUSE", "300", "WRITE"]);
+        let limit = Duration::from_millis(30);
+        let attempt = match call {
+            "lock" => tokio::time::timeout(limit, redlock.lock("rk", &opts)).await,
+            _ => tokio::time::timeout(limit, redlock.try_lock("rk", &opts)).await,
+        };
+        assert!(attempt.is_err(), "{call}: not cancelled: {attempt:?}");
+        wait_until(
+            &format!("{call}: the slow server ran the acquire"),
+            SECOND * 5,
+            || s[2].calls("lock.acquire") > acquires,
+        );
+        wait_until(
+            &format!("{call}: rk is free on every server"),
+            SECOND * 3,
+            || s.iter().all(|server| server.lock_info("rk").is_none()),
+        );
+        let guard = other.try_lock("rk", &opts).await;
+        assert!(guard.is_ok(), "{call}: {:?}", guard.err());
+        if let Ok(guard) = guard {
+            guard.release_all().await.unwrap();
+        }
+    }
+    wait_until("no background task", SECOND * 5, || {
+        redlock.background_tasks() == 0
+    });
 }
 
 /// The scenario that needs the fence round. Server 0's counter runs ahead

@@ -1,6 +1,7 @@
 //! One server: the guard, the watchdog (renews, connection killed, server
-//! paused past the lease, `NOTOWNER`), cancelling a wait, dropping guards in
-//! async code, `with_lock`, and the blocking API.
+//! paused past the lease, `NOTOWNER`), a wait longer than the ttl,
+//! cancelling a wait, dropping guards in async code, `with_lock`, and the
+//! blocking API.
 
 use std::time::Duration;
 
@@ -188,6 +189,94 @@ async fn lock_waits_first_come_first_served() {
     assert_eq!(server.lock_info("k").map(|i| i.2), Some(0));
 }
 
+/// Another owner takes `key` for `lease` ms and lets its lease run out: a
+/// waiter is granted the lock then, after waiting that long.
+fn held_by_another_for(server: &Server, key: &str, lease: u64) {
+    let fence: i64 = server.q(&["LOCK.ACQUIRE", key, "other", &lease.to_string()]);
+    assert!(fence > 0);
+}
+
+/// A lease granted to a waiter starts at the grant, so a wait longer than
+/// the ttl must still hand over a live guard, which the watchdog keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_longer_than_the_ttl_hands_over_a_live_guard() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let ttl = ms(400);
+    let opts = LockOptions::new(ttl).wait(SECOND * 5);
+
+    held_by_another_for(&server, "wl", 700);
+    let asked = std::time::Instant::now();
+    let guard = client.lock("wl", &opts).await.unwrap();
+    let granted = std::time::Instant::now();
+    assert!(granted - asked > ttl, "waited only {:?}", granted - asked);
+    assert!(
+        !guard.is_lost(),
+        "lost at once: {:?}",
+        guard.loss().reason()
+    );
+    assert!(
+        guard.deadline() > granted + ttl / 2,
+        "deadline {:?} after the grant",
+        guard.deadline().saturating_duration_since(granted)
+    );
+    // Over two more leases the watchdog keeps it.
+    let renews = server.calls("lock.renew");
+    wait_until("six renews", SECOND * 5, || {
+        server.calls("lock.renew") >= renews + 6
+    });
+    assert!(!guard.is_lost(), "lost: {:?}", guard.loss().reason());
+    assert_eq!(
+        server.lock_info("wl").map(|i| i.0),
+        Some(guard.owner().to_string())
+    );
+    drop(guard);
+    wait_until("released", SECOND * 5, || server.lock_info("wl").is_none());
+
+    // with_lock after such a wait: the closure runs under a live lock.
+    held_by_another_for(&server, "wl", 700);
+    let result = client
+        .with_lock("wl", &opts, |token| async move { token.is_cancelled() })
+        .await;
+    assert!(matches!(result, Ok(false)), "{result:?}");
+    no_tasks_left(&client).await;
+}
+
+/// After a long wait the local deadline is never past the server's lease
+/// end: without the watchdog the loss fires before the server lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_wait_the_loss_comes_before_the_server_lease_ends() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let ttl = ms(400);
+    let opts = LockOptions::new(ttl).wait(SECOND * 5).watchdog(false);
+    held_by_another_for(&server, "wl", 700);
+    let guard = client.lock("wl", &opts).await.unwrap();
+    let granted = std::time::Instant::now();
+    assert!(
+        !guard.is_lost(),
+        "lost at once: {:?}",
+        guard.loss().reason()
+    );
+    let deadline = guard.deadline();
+    assert!(deadline > granted + ttl / 2);
+    wait_until("the server lease ends", SECOND * 5, || {
+        server.lock_info("wl").is_none()
+    });
+    let ended = std::time::Instant::now();
+    assert!(
+        deadline <= ended,
+        "local deadline {:?} past the server lease end",
+        deadline - ended
+    );
+    let reason = tokio::time::timeout(SECOND, guard.loss().lost())
+        .await
+        .expect("loss");
+    assert_eq!(reason, LossReason::Expired);
+    drop(guard);
+    no_tasks_left(&client).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_leaves_no_waiter_and_no_grant() {
     let server = Server::start();
@@ -313,6 +402,27 @@ fn blocking_api_has_the_same_shape() {
         .with_lock("k", &opts, |loss| !loss.is_lost())
         .unwrap();
     assert!(out);
+
+    // A wait longer than the ttl: the guard is live and the watchdog keeps it.
+    held_by_another_for(&server, "k", 500);
+    let guard = client.lock("k", &opts).unwrap();
+    assert!(
+        !guard.is_lost(),
+        "lost at once: {:?}",
+        guard.loss().reason()
+    );
+    assert_eq!(guard.wait_lost(ms(700)), None);
+    assert_eq!(
+        server.lock_info("k").map(|i| i.0),
+        Some(guard.owner().to_string())
+    );
+    drop(guard);
+    wait_until("released on drop", SECOND * 5, || {
+        server.lock_info("k").is_none()
+    });
+    held_by_another_for(&server, "k", 500);
+    let out = client.with_lock("k", &opts, |loss| loss.is_lost());
+    assert!(matches!(out, Ok(false)), "{out:?}");
 
     // Watchdog off: the loss signal fires at the local deadline.
     let guard = client
