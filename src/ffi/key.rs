@@ -99,7 +99,8 @@ impl<'a> LockKey<'a> {
     /// The key's absolute expiry (unix ms), whatever its type; `None` if it
     /// has none or does not exist.
     pub fn expires_at(&self) -> Option<u64> {
-        if self.key.is_null() {
+        if self.is_empty() {
+            // Redis 8 reads the value of the key without checking it exists.
             return None;
         }
         // SAFETY: `self.key` is an open key of this context.
@@ -114,6 +115,14 @@ impl<'a> LockKey<'a> {
     /// with that, or a lock it calls ended would still exist for `EXISTS`.
     pub fn now(&self) -> u64 {
         now_ms().min(self.expires_at().unwrap_or(u64::MAX))
+    }
+
+    /// Whether the key does not exist.
+    fn is_empty(&self) -> bool {
+        // SAFETY: `self.key` is an open key of this context when not null.
+        self.key.is_null()
+            || unsafe { raw::RedisModule_KeyType.map_or(0, |f| f(self.key)) }
+                == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
     }
 
     /// The lock here as the core sees it: owner borrowed from the value; the
