@@ -47,7 +47,7 @@ mod registration {
 
     use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-    use crate::ffi::{self, datatype::LOCK_TYPE};
+    use crate::ffi::{self, commandinfo, datatype::LOCK_TYPE};
     use crate::{commands, error};
 
     /// Module load: panic hook, commands, INFO section and subscriptions
@@ -72,8 +72,9 @@ mod registration {
         }
     }
 
-    /// Registers the commands, each behind a shim that reads its
-    /// arguments in place ([`ffi::Args`]) and replies with the result.
+    /// Registers the commands of [`commandinfo`]'s table, each behind a
+    /// shim that reads its arguments in place ([`ffi::Args`]) and replies
+    /// with the result.
     fn register_commands(ctx: &Context) -> Status {
         macro_rules! shim {
             ($handler:path) => {{
@@ -96,45 +97,19 @@ mod registration {
                 shim as extern "C" fn(_, _, _) -> _
             }};
         }
-        // (name, handler, flags, key position: 0 for none).
         let commands = [
-            (
-                c"lock.acquire",
-                shim!(commands::acquire),
-                c"write deny-oom",
-                1,
-            ),
-            (
-                c"lock.reenter",
-                shim!(commands::reenter),
-                c"write deny-oom",
-                1,
-            ),
-            (c"lock.release", shim!(commands::release), c"write", 1),
-            (c"lock.renew", shim!(commands::renew), c"write", 1),
-            (c"lock.fence", shim!(commands::fence), c"write", 1),
-            (c"lock.info", shim!(commands::info), c"readonly fast", 1),
-            (c"lock.apply", shim!(commands::apply), c"write", 1),
-            (c"lock.lastfence", shim!(commands::last_fence), c"write", 0),
+            (&commandinfo::ACQUIRE, shim!(commands::acquire)),
+            (&commandinfo::REENTER, shim!(commands::reenter)),
+            (&commandinfo::RELEASE, shim!(commands::release)),
+            (&commandinfo::RENEW, shim!(commands::renew)),
+            (&commandinfo::FENCE, shim!(commands::fence)),
+            (&commandinfo::INFO, shim!(commands::info)),
+            (&commandinfo::APPLY, shim!(commands::apply)),
+            (&commandinfo::LAST_FENCE, shim!(commands::last_fence)),
         ];
-        for (name, handler, flags, key) in commands {
-            // SAFETY: module load, with its context; names and flags are
-            // static C strings and the handlers plain functions.
-            let status = unsafe {
-                raw::RedisModule_CreateCommand.map_or(raw::Status::Err as c_int, |f| {
-                    f(
-                        ctx.ctx,
-                        name.as_ptr(),
-                        Some(handler),
-                        flags.as_ptr(),
-                        key,
-                        key,
-                        key,
-                    )
-                })
-            };
-            if status != raw::Status::Ok as c_int {
-                ctx.log_warning(&format!("lock: cannot register {name:?}"));
+        for (command, handler) in commands {
+            if let Err(why) = commandinfo::register(ctx, command, handler) {
+                ctx.log_warning(&format!("lock: {why}"));
                 return Status::Err;
             }
         }

@@ -1,0 +1,228 @@
+//! What the server knows about each command, as Redis's own modules declare
+//! it: key specs (which ACL key permission a command needs, what
+//! `COMMAND GETKEYSANDFLAGS` shows), and the key at argument 1 that cluster
+//! routing reads.
+
+use redis::{Connection, Value};
+
+use crate::harness::{text, Call, Server, LONG};
+
+/// An ACL user whose only key permission is `keys` (`%R~*`, `%W~*`), with
+/// every command allowed: what it may do comes from the key specs alone.
+fn connect_as(server: &Server, user: &str, keys: &str) -> Connection {
+    let mut admin = server.conn();
+    let reply: String = admin.value(&["ACL", "SETUSER", user, "on", ">pw", keys, "+@all"]);
+    assert_eq!(reply, "OK");
+    let mut c = server.conn();
+    let reply: String = c.value(&["AUTH", user, "pw"]);
+    assert_eq!(reply, "OK");
+    c
+}
+
+/// Asserts that the server refused `args` for want of key permission.
+fn assert_noperm(c: &mut Connection, args: &[&str]) {
+    let err = c.err(args);
+    assert!(err.starts_with("NOPERM"), "{args:?}: {err}");
+}
+
+/// The commands that change a lock, each with arguments that would change
+/// `k` (held by alice, count 1) or take `free`, were they allowed.
+const CHANGES: &[&[&str]] = &[
+    &["LOCK.ACQUIRE", "free", "bob", "1000"],
+    &["LOCK.ACQUIRE", "k", "alice", "1000"],
+    &["LOCK.REENTER", "k", "alice"],
+    &["LOCK.RELEASE", "k", "alice"],
+    &["LOCK.RENEW", "k", "alice", "1000"],
+    &["LOCK.FENCE", "k", "alice", "5"],
+];
+
+#[test]
+fn a_read_only_user_can_read_a_lock_but_not_change_one() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let fence = admin.acquire("k", "alice", LONG).expect("free");
+    let mut reader = connect_as(&server, "reader", "%R~*");
+
+    let info = reader.lock_info("k").expect("held");
+    assert_eq!(info.held(), (b"alice".to_vec(), 1, fence));
+    reader.nil(&["LOCK.INFO", "free"]);
+    for args in CHANGES {
+        assert_noperm(&mut reader, args);
+    }
+    assert_eq!(
+        admin.lock_info("k").map(|info| info.held()),
+        Some((b"alice".to_vec(), 1, fence))
+    );
+    assert_eq!(admin.int(&["EXISTS", "free"]), 0);
+}
+
+/// Write permission alone allows what needs nothing from the lock's value:
+/// `LOCK.RENEW` sets the lease and replies 1, as `PEXPIRE` does for any key.
+/// Every other command replies with the lock's owner, count or fence, so it
+/// needs read permission as well (as `INCR` or `GETDEL` do).
+#[test]
+fn a_write_only_user_can_renew_a_lock_and_do_nothing_that_reads_one() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let fence = admin.acquire("k", "alice", 1_000).expect("free");
+    let mut writer = connect_as(&server, "writer", "%W~*");
+
+    assert_eq!(
+        writer.int(&["LOCK.RENEW", "k", "alice", &LONG.to_string()]),
+        1
+    );
+    assert!(admin.pttl("k") > 1_000, "the renewal took effect");
+    assert_noperm(&mut writer, &["LOCK.INFO", "k"]);
+    for args in CHANGES.iter().filter(|args| args[0] != "LOCK.RENEW") {
+        assert_noperm(&mut writer, args);
+    }
+    assert_eq!(
+        admin.lock_info("k").map(|info| info.held()),
+        Some((b"alice".to_vec(), 1, fence))
+    );
+    assert_eq!(admin.int(&["EXISTS", "free"]), 0);
+}
+
+/// A reply of name/value pairs (a RESP2 flat array or a RESP3 map).
+fn pairs<'a>(what: &str, value: &'a Value) -> Vec<(String, &'a Value)> {
+    match value {
+        Value::Array(items) if items.len() % 2 == 0 => items
+            .chunks(2)
+            .map(|pair| (text(&pair[0]).unwrap_or_default(), &pair[1]))
+            .collect(),
+        Value::Map(items) => items
+            .iter()
+            .map(|(k, v)| (text(k).unwrap_or_default(), v))
+            .collect(),
+        other => panic!("{what}: not name/value pairs: {other:?}"),
+    }
+}
+
+/// The value of field `name` among `pairs`.
+fn field<'a>(what: &str, pairs: &[(String, &'a Value)], name: &str) -> &'a Value {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("{what}: no field {name} in {pairs:?}"))
+}
+
+/// A string, an integer or an array of them, as text: `"1"`, `"[RO, access]"`.
+fn show(value: &Value) -> String {
+    match value {
+        Value::Int(n) => n.to_string(),
+        Value::Array(items) | Value::Set(items) => {
+            let items: Vec<String> = items.iter().map(show).collect();
+            format!("[{}]", items.join(", "))
+        }
+        other => text(other).unwrap_or_else(|| format!("{other:?}")),
+    }
+}
+
+/// How one command's key must be described.
+struct KeyAccess {
+    name: &'static str,
+    /// Arguments for `COMMAND GETKEYSANDFLAGS`, whose key is `mykey`.
+    args: &'static [&'static str],
+    /// The key spec's flags as the server shows them.
+    flags: &'static [&'static str],
+}
+
+const KEY_ACCESS: &[KeyAccess] = &[
+    KeyAccess {
+        name: "lock.acquire",
+        args: &["mykey", "alice", "1000", "WAIT", "0"],
+        flags: &["RW", "access", "update"],
+    },
+    KeyAccess {
+        name: "lock.reenter",
+        args: &["mykey", "alice"],
+        flags: &["RW", "access", "update"],
+    },
+    KeyAccess {
+        name: "lock.release",
+        args: &["mykey", "alice", "ALL"],
+        flags: &["RW", "access", "delete"],
+    },
+    KeyAccess {
+        name: "lock.renew",
+        args: &["mykey", "alice", "1000"],
+        flags: &["RW", "update"],
+    },
+    KeyAccess {
+        name: "lock.fence",
+        args: &["mykey", "alice", "5"],
+        flags: &["RW", "access", "update"],
+    },
+    KeyAccess {
+        name: "lock.info",
+        args: &["mykey"],
+        flags: &["RO", "access"],
+    },
+    // Replication's effect: it stores the master's decision whatever the
+    // key held, as `SET` does.
+    KeyAccess {
+        name: "lock.apply",
+        args: &["mykey", "alice", "1", "5"],
+        flags: &["OW", "update"],
+    },
+];
+
+#[test]
+fn command_info_describes_each_key_with_the_access_its_command_needs() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for entry in KEY_ACCESS {
+        let name = entry.name;
+        let Ok(Value::Array(commands)) = c.call(&["COMMAND", "INFO", name]) else {
+            panic!("COMMAND INFO {name}");
+        };
+        let Some(Value::Array(info)) = commands.first() else {
+            panic!("COMMAND INFO {name}: {commands:?}");
+        };
+        // Cluster clients and the server's own routing read the legacy
+        // first key, last key and step, which must stay argument 1.
+        assert_eq!(show(&Value::Array(info[3..6].to_vec())), "[1, 1, 1]");
+        let Value::Array(specs) = &info[8] else {
+            panic!("COMMAND INFO {name}: key specs {:?}", info[8]);
+        };
+        assert_eq!(specs.len(), 1, "{name}: one key spec: {specs:?}");
+        let spec = pairs(name, &specs[0]);
+        let flags = field(name, &spec, "flags");
+        assert_eq!(
+            show(flags),
+            format!("[{}]", entry.flags.join(", ")),
+            "{name}"
+        );
+        let begin = pairs(name, field(name, &spec, "begin_search"));
+        assert_eq!(show(field(name, &begin, "type")), "index", "{name}");
+        let index = pairs(name, field(name, &begin, "spec"));
+        assert_eq!(show(field(name, &index, "index")), "1", "{name}");
+        let find = pairs(name, field(name, &spec, "find_keys"));
+        assert_eq!(show(field(name, &find, "type")), "range", "{name}");
+        let range = pairs(name, field(name, &find, "spec"));
+        let range: Vec<String> = ["lastkey", "keystep", "limit"]
+            .iter()
+            .map(|f| show(field(name, &range, f)))
+            .collect();
+        assert_eq!(range, ["0", "1", "0"], "{name}: one key");
+
+        let mut getkeys = vec!["COMMAND", "GETKEYSANDFLAGS", name];
+        getkeys.extend_from_slice(entry.args);
+        let keys = c.call(&getkeys[..]).expect("COMMAND GETKEYSANDFLAGS");
+        assert_eq!(
+            show(&keys),
+            format!("[[mykey, [{}]]]", entry.flags.join(", ")),
+            "COMMAND GETKEYSANDFLAGS {name}"
+        );
+    }
+    // The fence counter's record names no key.
+    let Ok(Value::Array(commands)) = c.call(&["COMMAND", "INFO", "lock.lastfence"]) else {
+        panic!("COMMAND INFO lock.lastfence");
+    };
+    let Some(Value::Array(info)) = commands.first() else {
+        panic!("COMMAND INFO lock.lastfence: {commands:?}");
+    };
+    assert_eq!(show(&Value::Array(info[3..6].to_vec())), "[0, 0, 0]");
+    assert_eq!(show(&info[8]), "[]", "lock.lastfence: no key spec");
+}
