@@ -1,4 +1,4 @@
-//! The command table: each command's name, flags and key, and its
+//! The command table: each command's name, flags, key and docs, and its
 //! registration with the server.
 //!
 //! `RedisModule_CreateCommand` alone describes a key only by position, and
@@ -6,8 +6,8 @@
 //! with `%R~*` could not even run `LOCK.INFO`. So each command also gets a
 //! key spec with the access it really has (`RedisModule_SetCommandInfo`,
 //! Redis 7.0+), which `COMMAND INFO`, `COMMAND GETKEYSANDFLAGS` and the ACL
-//! key permissions read. The position given to `CreateCommand` stays
-//! argument 1 either way, for cluster routing.
+//! key permissions read; and docs for `COMMAND DOCS`. The position given
+//! to `CreateCommand` stays argument 1 either way, for cluster routing.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -34,6 +34,9 @@ const DELETE_AND_READ: KeyAccess =
 /// Stores a given state whatever the key held (as `SET` does).
 const OVERWRITE: KeyAccess = raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE;
 
+/// The crate version that introduced each command.
+const SINCE: &CStr = c"0.1.0";
+
 /// One command as the server should know it.
 pub struct Command {
     pub name: &'static CStr,
@@ -41,61 +44,187 @@ pub struct Command {
     flags: &'static CStr,
     /// The key at argument 1, and what the command does with it.
     key: Option<KeyAccess>,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    args: &'static [Arg],
 }
+
+/// One argument for `COMMAND DOCS`.
+struct Arg {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&'static CStr>,
+    optional: bool,
+}
+
+impl Arg {
+    const fn new(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+        Arg {
+            name,
+            kind,
+            token: None,
+            optional: false,
+        }
+    }
+
+    const fn key(name: &'static CStr) -> Arg {
+        Arg::new(
+            name,
+            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+        )
+    }
+
+    const fn string(name: &'static CStr) -> Arg {
+        Arg::new(
+            name,
+            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+        )
+    }
+
+    const fn integer(name: &'static CStr) -> Arg {
+        Arg::new(
+            name,
+            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+        )
+    }
+
+    const fn unix_time(name: &'static CStr) -> Arg {
+        Arg::new(
+            name,
+            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+        )
+    }
+
+    /// A word standing alone, such as `ALL`.
+    const fn word(name: &'static CStr, token: &'static CStr) -> Arg {
+        Arg {
+            token: Some(token),
+            ..Arg::new(
+                name,
+                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+            )
+        }
+    }
+
+    /// This argument after a word, such as `WAIT timeout-ms`.
+    const fn after(self, token: &'static CStr) -> Arg {
+        Arg {
+            token: Some(token),
+            ..self
+        }
+    }
+
+    const fn optional(self) -> Arg {
+        Arg {
+            optional: true,
+            ..self
+        }
+    }
+}
+
+const KEY: Arg = Arg::key(c"key");
+const OWNER: Arg = Arg::string(c"owner");
+const TTL: Arg = Arg::integer(c"ttl-ms");
 
 pub const ACQUIRE: Command = Command {
     name: c"lock.acquire",
     flags: c"write deny-oom",
     key: Some(UPDATE_AND_READ),
+    summary: c"Takes a lock for ttl-ms milliseconds, or reenters it if the owner holds it; \
+        replies with the hold's fence, or nil. With WAIT, queues until the lock is handed over or timeout-ms passes.",
+    complexity: c"O(1)",
+    args: &[
+        KEY,
+        OWNER,
+        TTL,
+        Arg::integer(c"timeout-ms").after(c"WAIT").optional(),
+    ],
 };
 
 pub const REENTER: Command = Command {
     name: c"lock.reenter",
     flags: c"write deny-oom",
     key: Some(UPDATE_AND_READ),
+    summary:
+        c"Adds 1 to the count of a lock the owner holds, and resets its lease to ttl-ms if given; \
+        replies with the new count, NOTOWNER if the owner does not hold it.",
+    complexity: c"O(1)",
+    args: &[KEY, OWNER, TTL.optional()],
 };
 
 pub const RELEASE: Command = Command {
     name: c"lock.release",
     flags: c"write",
     key: Some(DELETE_AND_READ),
+    summary: c"Removes 1 from the count of a lock the owner holds (all with ALL); \
+        replies with the count left. At 0 the lock is freed and handed to the longest waiter.",
+    complexity: c"O(1)",
+    args: &[KEY, OWNER, Arg::word(c"all", c"ALL").optional()],
 };
 
 pub const RENEW: Command = Command {
     name: c"lock.renew",
     flags: c"write",
     key: Some(UPDATE),
+    summary: c"Sets the lease of a lock the owner holds to ttl-ms from now; replies 1, \
+        NOTOWNER if the owner does not hold it.",
+    complexity: c"O(1)",
+    args: &[KEY, OWNER, TTL],
 };
 
 pub const FENCE: Command = Command {
     name: c"lock.fence",
     flags: c"write",
     key: Some(UPDATE_AND_READ),
+    summary: c"Raises the fence of a lock the owner holds to at least min-fence, and every later fence above it; \
+        replies with the hold's fence.",
+    complexity: c"O(1)",
+    args: &[KEY, OWNER, Arg::integer(c"min-fence")],
 };
 
 pub const INFO: Command = Command {
     name: c"lock.info",
     flags: c"readonly fast",
     key: Some(READ),
+    summary:
+        c"Replies with a held lock's owner, count, fence, ttl and waiters; nil if the lock is free.",
+    complexity: c"O(1)",
+    args: &[KEY],
 };
 
 pub const APPLY: Command = Command {
     name: c"lock.apply",
     flags: c"write",
     key: Some(OVERWRITE),
+    summary: c"Internal: a lock's state as the master decided it, sent to replicas and the AOF. \
+        Refused to clients.",
+    complexity: c"O(1)",
+    args: &[
+        KEY,
+        OWNER,
+        Arg::integer(c"count"),
+        Arg::integer(c"fence"),
+        Arg::unix_time(c"unix-time-milliseconds")
+            .after(c"PXAT")
+            .optional(),
+    ],
 };
 
 pub const LAST_FENCE: Command = Command {
     name: c"lock.lastfence",
     flags: c"write",
     key: None,
+    summary: c"Internal: the fence counter, written to the AOF so a rewrite keeps it. Refused to clients.",
+    complexity: c"O(1)",
+    args: &[Arg::integer(c"fence")],
 };
 
 /// A command handler as the server calls it.
 pub type Handler =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-/// Registers `command` with `handler`, then tells the server its key spec.
+/// Registers `command` with `handler`, then tells the server its key spec
+/// and docs.
 pub fn register(ctx: &Context, command: &Command, handler: Handler) -> Result<(), String> {
     let name = command.name;
     let position = if command.key.is_some() { 1 } else { 0 };
@@ -127,37 +256,46 @@ pub fn register(ctx: &Context, command: &Command, handler: Handler) -> Result<()
     set_info(handle, command)
 }
 
-/// `RedisModule_SetCommandInfo`: the key spec.
+/// `RedisModule_SetCommandInfo`: key spec and docs.
 fn set_info(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(), String> {
-    let Some(access) = command.key else {
-        return Ok(());
-    };
     // SAFETY: reading a function pointer the server set at module init.
     let Some(set) = (unsafe { raw::RedisModule_SetCommandInfo }) else {
         // Older than Redis 7.0: the legacy key position is all there is.
         return Ok(());
     };
-    let mut key_specs = [key_spec(access), end_of_key_specs()];
+    let mut key_specs: Vec<raw::RedisModuleCommandKeySpec> = command
+        .key
+        .map(key_spec)
+        .into_iter()
+        .chain([end_of_key_specs()])
+        .collect();
+    let mut args = arg_rows(command.args);
     let info = raw::RedisModuleCommandInfo {
         version: &VERSION,
-        summary: ptr::null(),
-        complexity: ptr::null(),
-        since: ptr::null(),
+        summary: command.summary.as_ptr(),
+        complexity: command.complexity.as_ptr(),
+        since: SINCE.as_ptr(),
         history: ptr::null_mut(),
         tips: ptr::null(),
+        // 0: the module checks the number of arguments itself, after the
+        // ACL, and inside MULTI at EXEC time, as it always has.
         arity: 0,
-        key_specs: key_specs.as_mut_ptr(),
-        args: ptr::null_mut(),
+        key_specs: if command.key.is_some() {
+            key_specs.as_mut_ptr()
+        } else {
+            ptr::null_mut()
+        },
+        args: args.as_mut_ptr(),
     };
     // SAFETY: `handle` is this module's command; every pointer in `info`
     // lives until the call returns (the server copies what it keeps), and
-    // the key spec array ends with a zeroed element.
+    // each array ends with a zeroed element.
     let status = unsafe { set(handle, &info) };
     if status == raw::Status::Ok as c_int {
         Ok(())
     } else {
         Err(format!(
-            "the server refused the key spec of {:?} (see the log)",
+            "the server refused the key spec and docs of {:?} (see the log)",
             command.name
         ))
     }
@@ -171,6 +309,7 @@ static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfo
     sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
     sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
 };
+
 /// The one key, at argument 1.
 fn key_spec(access: KeyAccess) -> raw::RedisModuleCommandKeySpec {
     raw::RedisModuleCommandKeySpec {
@@ -209,4 +348,42 @@ fn end_of_key_specs() -> raw::RedisModuleCommandKeySpec {
             },
         },
     }
+}
+
+/// [`Arg`]s as the C array the server reads, ending with a zeroed element.
+fn arg_rows(args: &[Arg]) -> Vec<raw::RedisModuleCommandArg> {
+    let row = |arg: &Arg| {
+        let is_key = arg.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+        raw::RedisModuleCommandArg {
+            name: arg.name.as_ptr(),
+            type_: arg.kind,
+            // The key is described by key spec 0, the command's only one.
+            key_spec_index: if is_key { 0 } else { -1 },
+            token: arg.token.map_or(ptr::null(), CStr::as_ptr),
+            summary: ptr::null(),
+            since: ptr::null(),
+            flags: if arg.optional {
+                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+            } else {
+                raw::REDISMODULE_CMD_ARG_NONE as c_int
+            },
+            deprecated_since: ptr::null(),
+            subargs: ptr::null_mut(),
+            // Redis 7.2+ shows the name where this is null.
+            display_text: ptr::null(),
+        }
+    };
+    let end = raw::RedisModuleCommandArg {
+        name: ptr::null(),
+        type_: 0,
+        key_spec_index: 0,
+        token: ptr::null(),
+        summary: ptr::null(),
+        since: ptr::null(),
+        flags: 0,
+        deprecated_since: ptr::null(),
+        subargs: ptr::null_mut(),
+        display_text: ptr::null(),
+    };
+    args.iter().map(row).chain([end]).collect()
 }

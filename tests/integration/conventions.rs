@@ -1,7 +1,7 @@
 //! What the server knows about each command, as Redis's own modules declare
 //! it: key specs (which ACL key permission a command needs, what
-//! `COMMAND GETKEYSANDFLAGS` shows), and the key at argument 1 that cluster
-//! routing reads.
+//! `COMMAND GETKEYSANDFLAGS` shows), the key at argument 1 that cluster
+//! routing reads, and `COMMAND DOCS`.
 
 use redis::{Connection, Value};
 
@@ -225,4 +225,147 @@ fn command_info_describes_each_key_with_the_access_its_command_needs() {
     };
     assert_eq!(show(&Value::Array(info[3..6].to_vec())), "[0, 0, 0]");
     assert_eq!(show(&info[8]), "[]", "lock.lastfence: no key spec");
+}
+
+/// The server under test, for what differs between versions.
+#[derive(Debug, PartialEq)]
+enum Flavor {
+    /// Redis 7.0: no display texts in `COMMAND DOCS`, no ACL categories
+    /// for module commands.
+    Redis70,
+    /// Redis 7.2 or 7.4: ACL categories, but no module-added ones.
+    Redis72,
+    /// Redis 8 and Valkey: module-added ACL categories too.
+    Newer,
+}
+
+fn flavor(c: &mut Connection) -> Flavor {
+    let info: String = c.value(&["INFO", "server"]);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    if field("valkey_version").is_some() {
+        return Flavor::Newer;
+    }
+    let version = field("redis_version").expect("redis_version in INFO server");
+    match version.split('.').take(2).collect::<Vec<_>>()[..] {
+        ["7", "0"] => Flavor::Redis70,
+        ["7", "2" | "4"] => Flavor::Redis72,
+        _ => Flavor::Newer,
+    }
+}
+
+/// How `COMMAND DOCS` must describe one command.
+struct Docs {
+    name: &'static str,
+    /// Each argument as `name type`, then `token=WORD` and `optional`.
+    args: &'static [&'static str],
+}
+
+const DOCS: &[Docs] = &[
+    Docs {
+        name: "lock.acquire",
+        args: &[
+            "key key",
+            "owner string",
+            "ttl-ms integer",
+            "timeout-ms integer token=WAIT optional",
+        ],
+    },
+    Docs {
+        name: "lock.reenter",
+        args: &["key key", "owner string", "ttl-ms integer optional"],
+    },
+    Docs {
+        name: "lock.release",
+        args: &[
+            "key key",
+            "owner string",
+            "all pure-token token=ALL optional",
+        ],
+    },
+    Docs {
+        name: "lock.renew",
+        args: &["key key", "owner string", "ttl-ms integer"],
+    },
+    Docs {
+        name: "lock.fence",
+        args: &["key key", "owner string", "min-fence integer"],
+    },
+    Docs {
+        name: "lock.info",
+        args: &["key key"],
+    },
+    Docs {
+        name: "lock.apply",
+        args: &[
+            "key key",
+            "owner string",
+            "count integer",
+            "fence integer",
+            "unix-time-milliseconds unix-time token=PXAT optional",
+        ],
+    },
+    Docs {
+        name: "lock.lastfence",
+        args: &["fence integer"],
+    },
+];
+
+#[test]
+fn command_docs_describe_every_command_and_its_arguments() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let with_display_texts = flavor(&mut c) != Flavor::Redis70;
+    for docs in DOCS {
+        let name = docs.name;
+        let reply = c.call(&["COMMAND", "DOCS", name]).expect("COMMAND DOCS");
+        let commands = pairs(name, &reply);
+        let doc = pairs(name, field(name, &commands, name));
+        let summary = show(field(name, &doc, "summary"));
+        let internal = matches!(name, "lock.apply" | "lock.lastfence");
+        assert_eq!(
+            summary.starts_with("Internal:"),
+            internal,
+            "{name}: summary {summary:?}"
+        );
+        assert!(summary.len() > 20, "{name}: summary {summary:?}");
+        assert_eq!(show(field(name, &doc, "since")), "0.1.0", "{name}");
+        assert_eq!(show(field(name, &doc, "complexity")), "O(1)", "{name}");
+        assert_eq!(show(field(name, &doc, "group")), "module", "{name}");
+        assert_eq!(show(field(name, &doc, "module")), "lock", "{name}");
+
+        let Value::Array(args) = field(name, &doc, "arguments") else {
+            panic!("{name}: arguments {doc:?}");
+        };
+        let mut shown = Vec::new();
+        for arg in args {
+            let arg = pairs(name, arg);
+            let text = |f: &str| arg.iter().find(|(k, _)| k == f).map(|(_, v)| show(v));
+            let arg_name = text("name").expect("an argument has a name");
+            let kind = text("type").expect("an argument has a type");
+            let mut line = format!("{arg_name} {kind}");
+            if let Some(token) = text("token") {
+                line.push_str(&format!(" token={token}"));
+            }
+            match text("flags").as_deref() {
+                None => {}
+                Some("[optional]") => line.push_str(" optional"),
+                Some(other) => line.push_str(&format!(" flags={other}")),
+            }
+            // What redis-cli shows in its hints (Redis 7.2+): the name.
+            let expected_display = with_display_texts.then(|| arg_name.clone());
+            assert_eq!(text("display_text"), expected_display, "{name} {arg_name}");
+            // A key argument points at the command's only key spec.
+            let key_spec = text("key_spec_index");
+            assert_eq!(key_spec.is_some(), kind == "key", "{name} {arg_name}");
+            if let Some(index) = key_spec {
+                assert_eq!(index, "0", "{name} {arg_name}");
+            }
+            shown.push(line);
+        }
+        assert_eq!(shown, docs.args, "{name}: arguments");
+    }
 }
