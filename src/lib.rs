@@ -107,8 +107,9 @@ mod registration {
             (&commandinfo::APPLY, shim!(commands::apply)),
             (&commandinfo::LAST_FENCE, shim!(commands::last_fence)),
         ];
+        let category = commandinfo::add_category(ctx);
         for (command, handler) in commands {
-            if let Err(why) = commandinfo::register(ctx, command, handler) {
+            if let Err(why) = commandinfo::register(ctx, command, handler, category) {
                 ctx.log_warning(&format!("lock: {why}"));
                 return Status::Err;
             }

@@ -1,15 +1,18 @@
-//! The command table: each command's name, flags, key and docs, and its
-//! registration with the server.
+//! The command table: each command's name, flags, key, docs and ACL
+//! categories, and its registration with the server.
 //!
 //! `RedisModule_CreateCommand` alone describes a key only by position, and
 //! the server then assumes the command reads *and* writes it: an ACL user
 //! with `%R~*` could not even run `LOCK.INFO`. So each command also gets a
 //! key spec with the access it really has (`RedisModule_SetCommandInfo`,
 //! Redis 7.0+), which `COMMAND INFO`, `COMMAND GETKEYSANDFLAGS` and the ACL
-//! key permissions read; and docs for `COMMAND DOCS`. The position given
-//! to `CreateCommand` stays argument 1 either way, for cluster routing.
+//! key permissions read; docs for `COMMAND DOCS`; and ACL categories
+//! (`RedisModule_SetCommandACLCategories`, Redis 7.2+ and Valkey; on 7.0 the
+//! module's commands belong to no category). The position given to
+//! `CreateCommand` stays argument 1 either way, for cluster routing.
 
 use std::ffi::CStr;
+use std::io::ErrorKind;
 use std::os::raw::c_int;
 use std::ptr;
 
@@ -37,6 +40,9 @@ const OVERWRITE: KeyAccess = raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_
 /// The crate version that introduced each command.
 const SINCE: &CStr = c"0.1.0";
 
+/// The ACL category the module adds where the server allows it.
+const CATEGORY: &CStr = c"lock";
+
 /// One command as the server should know it.
 pub struct Command {
     pub name: &'static CStr,
@@ -44,6 +50,8 @@ pub struct Command {
     flags: &'static CStr,
     /// The key at argument 1, and what the command does with it.
     key: Option<KeyAccess>,
+    /// ACL categories, space-separated, without the module's own.
+    categories: &'static str,
     summary: &'static CStr,
     complexity: &'static CStr,
     args: &'static [Arg],
@@ -128,8 +136,11 @@ const TTL: Arg = Arg::integer(c"ttl-ms");
 
 pub const ACQUIRE: Command = Command {
     name: c"lock.acquire",
-    flags: c"write deny-oom",
+    // Blocking commands are not `fast`, even O(1) ones (`BLMOVE`): they
+    // may hold the client for `timeout-ms`.
+    flags: c"write deny-oom blocking",
     key: Some(UPDATE_AND_READ),
+    categories: "write slow blocking",
     summary: c"Takes a lock for ttl-ms milliseconds, or reenters it if the owner holds it; \
         replies with the hold's fence, or nil. With WAIT, queues until the lock is handed over or timeout-ms passes.",
     complexity: c"O(1)",
@@ -143,8 +154,9 @@ pub const ACQUIRE: Command = Command {
 
 pub const REENTER: Command = Command {
     name: c"lock.reenter",
-    flags: c"write deny-oom",
+    flags: c"write deny-oom fast",
     key: Some(UPDATE_AND_READ),
+    categories: "write fast",
     summary:
         c"Adds 1 to the count of a lock the owner holds, and resets its lease to ttl-ms if given; \
         replies with the new count, NOTOWNER if the owner does not hold it.",
@@ -154,8 +166,9 @@ pub const REENTER: Command = Command {
 
 pub const RELEASE: Command = Command {
     name: c"lock.release",
-    flags: c"write",
+    flags: c"write fast",
     key: Some(DELETE_AND_READ),
+    categories: "write fast",
     summary: c"Removes 1 from the count of a lock the owner holds (all with ALL); \
         replies with the count left. At 0 the lock is freed and handed to the longest waiter.",
     complexity: c"O(1)",
@@ -164,8 +177,9 @@ pub const RELEASE: Command = Command {
 
 pub const RENEW: Command = Command {
     name: c"lock.renew",
-    flags: c"write",
+    flags: c"write fast",
     key: Some(UPDATE),
+    categories: "write fast",
     summary: c"Sets the lease of a lock the owner holds to ttl-ms from now; replies 1, \
         NOTOWNER if the owner does not hold it.",
     complexity: c"O(1)",
@@ -174,8 +188,9 @@ pub const RENEW: Command = Command {
 
 pub const FENCE: Command = Command {
     name: c"lock.fence",
-    flags: c"write",
+    flags: c"write fast",
     key: Some(UPDATE_AND_READ),
+    categories: "write fast",
     summary: c"Raises the fence of a lock the owner holds to at least min-fence, and every later fence above it; \
         replies with the hold's fence.",
     complexity: c"O(1)",
@@ -186,6 +201,7 @@ pub const INFO: Command = Command {
     name: c"lock.info",
     flags: c"readonly fast",
     key: Some(READ),
+    categories: "read fast",
     summary:
         c"Replies with a held lock's owner, count, fence, ttl and waiters; nil if the lock is free.",
     complexity: c"O(1)",
@@ -194,8 +210,9 @@ pub const INFO: Command = Command {
 
 pub const APPLY: Command = Command {
     name: c"lock.apply",
-    flags: c"write",
+    flags: c"write fast",
     key: Some(OVERWRITE),
+    categories: "write fast",
     summary: c"Internal: a lock's state as the master decided it, sent to replicas and the AOF. \
         Refused to clients.",
     complexity: c"O(1)",
@@ -212,8 +229,9 @@ pub const APPLY: Command = Command {
 
 pub const LAST_FENCE: Command = Command {
     name: c"lock.lastfence",
-    flags: c"write",
+    flags: c"write fast",
     key: None,
+    categories: "write fast",
     summary: c"Internal: the fence counter, written to the AOF so a rewrite keeps it. Refused to clients.",
     complexity: c"O(1)",
     args: &[Arg::integer(c"fence")],
@@ -223,9 +241,30 @@ pub const LAST_FENCE: Command = Command {
 pub type Handler =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-/// Registers `command` with `handler`, then tells the server its key spec
-/// and docs.
-pub fn register(ctx: &Context, command: &Command, handler: Handler) -> Result<(), String> {
+/// Adds the module's ACL category, `@lock`, where the server lets a module
+/// add one (Redis 7.4+, Valkey 8). True if it exists now: another module
+/// may have added it first, and commands of any module may join it.
+pub fn add_category(ctx: &Context) -> bool {
+    // SAFETY: module load (the only time the server allows it), with its
+    // context; the name is a static C string.
+    let status =
+        unsafe { raw::RedisModule_AddACLCategory.map(|add| add(ctx.ctx, CATEGORY.as_ptr())) };
+    match status {
+        None => false,
+        Some(status) if status == raw::Status::Ok as c_int => true,
+        Some(_) => std::io::Error::last_os_error().kind() == ErrorKind::ResourceBusy,
+    }
+}
+
+/// Registers `command` with `handler`, then tells the server its key spec,
+/// docs and ACL categories (`@lock` too if `category`) where it can take
+/// them.
+pub fn register(
+    ctx: &Context,
+    command: &Command,
+    handler: Handler,
+    category: bool,
+) -> Result<(), String> {
     let name = command.name;
     let position = if command.key.is_some() { 1 } else { 0 };
     // SAFETY: module load, with its context; name and flags are static C
@@ -253,7 +292,8 @@ pub fn register(ctx: &Context, command: &Command, handler: Handler) -> Result<()
     if handle.is_null() {
         return Err(format!("cannot find {name:?} after registering it"));
     }
-    set_info(handle, command)
+    set_info(handle, command)?;
+    set_categories(handle, command, category)
 }
 
 /// `RedisModule_SetCommandInfo`: key spec and docs.
@@ -296,6 +336,36 @@ fn set_info(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(
     } else {
         Err(format!(
             "the server refused the key spec and docs of {:?} (see the log)",
+            command.name
+        ))
+    }
+}
+
+/// `RedisModule_SetCommandACLCategories`, where the server has it.
+fn set_categories(
+    handle: *mut raw::RedisModuleCommand,
+    command: &Command,
+    category: bool,
+) -> Result<(), String> {
+    // SAFETY: reading a function pointer the server set at module init.
+    let Some(set) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else {
+        return Ok(());
+    };
+    let mut categories = command.categories.to_string();
+    if category {
+        categories.push(' ');
+        categories.push_str(&CATEGORY.to_string_lossy());
+    }
+    let categories = std::ffi::CString::new(categories)
+        .map_err(|_| format!("a NUL in the ACL categories of {:?}", command.name))?;
+    // SAFETY: `handle` is this module's command, during module load; the
+    // server copies what it needs from the string.
+    let status = unsafe { set(handle, categories.as_ptr()) };
+    if status == raw::Status::Ok as c_int {
+        Ok(())
+    } else {
+        Err(format!(
+            "the server refused the ACL categories {categories:?} of {:?}",
             command.name
         ))
     }

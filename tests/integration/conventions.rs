@@ -1,7 +1,8 @@
 //! What the server knows about each command, as Redis's own modules declare
 //! it: key specs (which ACL key permission a command needs, what
 //! `COMMAND GETKEYSANDFLAGS` shows), the key at argument 1 that cluster
-//! routing reads, and `COMMAND DOCS`.
+//! routing reads, `COMMAND DOCS`, and ACL categories with the `fast` and
+//! `blocking` flags they follow.
 
 use redis::{Connection, Value};
 
@@ -367,5 +368,127 @@ fn command_docs_describe_every_command_and_its_arguments() {
             shown.push(line);
         }
         assert_eq!(shown, docs.args, "{name}: arguments");
+    }
+}
+
+/// The module's commands that `ACL CAT category` lists, sorted; `None`
+/// when the server knows no such category.
+fn listed(c: &mut Connection, category: &str) -> Option<Vec<String>> {
+    match c.call(&["ACL", "CAT", category]) {
+        Ok(value) => {
+            let names: Vec<String> = redis::from_redis_value(&value).expect("names");
+            let mut ours: Vec<String> = names
+                .into_iter()
+                .filter(|name| name.starts_with("lock."))
+                .collect();
+            ours.sort();
+            Some(ours)
+        }
+        Err(err) => {
+            assert!(err.starts_with("ERR Unknown category"), "{err}");
+            None
+        }
+    }
+}
+
+#[test]
+fn acl_categories_hold_the_commands_where_the_server_lets_a_module_set_them() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let flavor = flavor(&mut c);
+    let all = [
+        "lock.acquire",
+        "lock.apply",
+        "lock.fence",
+        "lock.info",
+        "lock.lastfence",
+        "lock.reenter",
+        "lock.release",
+        "lock.renew",
+    ];
+    let but = |left_out: &[&str]| -> Option<Vec<String>> {
+        Some(
+            all.iter()
+                .filter(|name| !left_out.contains(name))
+                .map(|name| name.to_string())
+                .collect(),
+        )
+    };
+    let only = |names: &[&str]| Some(names.iter().map(|name| name.to_string()).collect());
+    let none = Some(Vec::new());
+    let (write, read, fast, slow, blocking, lock) = match flavor {
+        // Redis 7.0 lets no module put a command in a category (that came
+        // with RedisModule_SetCommandACLCategories in 7.2) and does not
+        // derive any from the command's flags as it does for its own
+        // commands: no category lists the module's commands.
+        Flavor::Redis70 => (
+            none.clone(),
+            none.clone(),
+            none.clone(),
+            none.clone(),
+            none,
+            None,
+        ),
+        Flavor::Redis72 | Flavor::Newer => (
+            but(&["lock.info"]),
+            only(&["lock.info"]),
+            // Blocking commands are not fast, as `BLMOVE` is not.
+            but(&["lock.acquire"]),
+            only(&["lock.acquire"]),
+            only(&["lock.acquire"]),
+            // Redis 7.2 lets no module add a category of its own.
+            (flavor == Flavor::Newer).then(|| but(&[]).expect("all")),
+        ),
+    };
+    assert_eq!(listed(&mut c, "write"), write, "@write");
+    assert_eq!(listed(&mut c, "read"), read, "@read");
+    assert_eq!(listed(&mut c, "fast"), fast, "@fast");
+    assert_eq!(listed(&mut c, "slow"), slow, "@slow");
+    assert_eq!(listed(&mut c, "blocking"), blocking, "@blocking");
+    assert_eq!(listed(&mut c, "lock"), lock, "@lock");
+
+    // What a category grants: `+@read` runs LOCK.INFO where it lists it.
+    let reply: String = c.value(&["ACL", "SETUSER", "reader", "on", ">pw", "~*", "+@read"]);
+    assert_eq!(reply, "OK");
+    let mut reader = server.conn();
+    let reply: String = reader.value(&["AUTH", "reader", "pw"]);
+    assert_eq!(reply, "OK");
+    match (flavor, reader.call(&["LOCK.INFO", "k"])) {
+        (Flavor::Redis70, Err(err)) => assert!(err.starts_with("NOPERM"), "{err}"),
+        (Flavor::Redis72 | Flavor::Newer, Ok(Value::Nil)) => {}
+        (flavor, reply) => panic!("{flavor:?}: LOCK.INFO as +@read: {reply:?}"),
+    }
+    assert!(reader
+        .err(&["LOCK.ACQUIRE", "k", "o", "1000"])
+        .starts_with("NOPERM"));
+}
+
+#[test]
+fn only_lock_acquire_may_block_and_every_other_public_command_is_fast() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for (name, has, lacks) in [
+        ("lock.acquire", "blocking", "fast"),
+        ("lock.reenter", "fast", "blocking"),
+        ("lock.release", "fast", "blocking"),
+        ("lock.renew", "fast", "blocking"),
+        ("lock.fence", "fast", "blocking"),
+        ("lock.info", "fast", "blocking"),
+    ] {
+        let Ok(Value::Array(commands)) = c.call(&["COMMAND", "INFO", name]) else {
+            panic!("COMMAND INFO {name}");
+        };
+        let Some(Value::Array(info)) = commands.first() else {
+            panic!("COMMAND INFO {name}: {commands:?}");
+        };
+        let flags: Vec<String> = redis::from_redis_value(&info[2]).expect("flags");
+        assert!(
+            flags.iter().any(|f| f == has),
+            "{name} lacks {has}: {flags:?}"
+        );
+        assert!(
+            !flags.iter().any(|f| f == lacks),
+            "{name} has {lacks}: {flags:?}"
+        );
     }
 }
