@@ -117,9 +117,38 @@ mod registration {
         Status::Ok
     }
 
+    /// `MODULE LIST`'s `ver`: the crate version as major × 10000 + minor ×
+    /// 100 + patch (0.1.0 → 100), the way Redis's own modules number theirs.
+    const VERSION: i32 = version_number(env!("CARGO_PKG_VERSION"));
+
+    /// `"major.minor.patch"` (anything after the patch, such as `-rc1`, is
+    /// ignored) as major × 10000 + minor × 100 + patch. A version that
+    /// does not fit (minor or patch above 99, major above 214747) fails
+    /// the build instead of showing a wrong number.
+    const fn version_number(version: &str) -> i32 {
+        let bytes = version.as_bytes();
+        let mut parts = [0_i32; 3];
+        let (mut part, mut i) = (0, 0);
+        while i < bytes.len() && part < 3 {
+            match bytes[i] {
+                b'0'..=b'9' => parts[part] = parts[part] * 10 + (bytes[i] - b'0') as i32,
+                b'.' => part += 1,
+                _ => break,
+            }
+            i += 1;
+        }
+        assert!(part == 2, "the crate version is not major.minor.patch");
+        assert!(
+            parts[1] < 100 && parts[2] < 100,
+            "minor and patch must be below 100"
+        );
+        assert!(parts[0] <= (i32::MAX - 9999) / 10000, "major too large");
+        parts[0] * 10000 + parts[1] * 100 + parts[2]
+    }
+
     redis_module! {
         name: "lock",
-        version: 1,
+        version: VERSION,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [LOCK_TYPE],
         init: init,

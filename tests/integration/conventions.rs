@@ -1,8 +1,8 @@
 //! What the server knows about each command, as Redis's own modules declare
 //! it: key specs (which ACL key permission a command needs, what
 //! `COMMAND GETKEYSANDFLAGS` shows), the key at argument 1 that cluster
-//! routing reads, `COMMAND DOCS`, and ACL categories with the `fast` and
-//! `blocking` flags they follow.
+//! routing reads, `COMMAND DOCS`, ACL categories with the `fast` and
+//! `blocking` flags they follow, and the module version in `MODULE LIST`.
 
 use redis::{Connection, Value};
 
@@ -491,4 +491,39 @@ fn only_lock_acquire_may_block_and_every_other_public_command_is_fast() {
             "{name} has {lacks}: {flags:?}"
         );
     }
+}
+
+/// The crate version as `MODULE LIST` should show it: major × 10000 +
+/// minor × 100 + patch.
+fn module_version() -> i64 {
+    let version = env!("CARGO_PKG_VERSION");
+    let core = version.split(['-', '+']).next().unwrap_or(version);
+    let parts: Vec<i64> = core
+        .split('.')
+        .map(|part| part.parse().expect("a numeric version part"))
+        .collect();
+    let [major, minor, patch] = parts[..] else {
+        panic!("crate version {version} is not major.minor.patch");
+    };
+    major * 10_000 + minor * 100 + patch
+}
+
+#[test]
+fn module_list_shows_the_crate_version() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let Ok(Value::Array(modules)) = c.call(&["MODULE", "LIST"]) else {
+        panic!("MODULE LIST");
+    };
+    let [module] = &modules[..] else {
+        panic!("one module: {modules:?}");
+    };
+    let module = pairs("MODULE LIST", module);
+    assert_eq!(show(field("MODULE LIST", &module, "name")), "lock");
+    assert_eq!(
+        show(field("MODULE LIST", &module, "ver")),
+        module_version().to_string(),
+        "crate version {}",
+        env!("CARGO_PKG_VERSION")
+    );
 }
