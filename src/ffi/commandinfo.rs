@@ -45,7 +45,7 @@ const CATEGORY: &CStr = c"lock";
 
 /// One command as the server should know it.
 pub struct Command {
-    pub name: &'static CStr,
+    name: &'static CStr,
     /// `RedisModule_CreateCommand` flags.
     flags: &'static CStr,
     /// The key at argument 1, and what the command does with it.
