@@ -47,7 +47,7 @@ mod registration {
 
     use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-    use crate::ffi::{self, datatype::LOCK_TYPE};
+    use crate::ffi::{self, commandinfo, datatype::LOCK_TYPE};
     use crate::{commands, error};
 
     /// Module load: panic hook, commands, INFO section and subscriptions
@@ -72,8 +72,9 @@ mod registration {
         }
     }
 
-    /// Registers the commands, each behind a shim that reads its
-    /// arguments in place ([`ffi::Args`]) and replies with the result.
+    /// Registers the commands of [`commandinfo`]'s table, each behind a
+    /// shim that reads its arguments in place ([`ffi::Args`]) and replies
+    /// with the result.
     fn register_commands(ctx: &Context) -> Status {
         macro_rules! shim {
             ($handler:path) => {{
@@ -96,54 +97,58 @@ mod registration {
                 shim as extern "C" fn(_, _, _) -> _
             }};
         }
-        // (name, handler, flags, key position: 0 for none).
         let commands = [
-            (
-                c"lock.acquire",
-                shim!(commands::acquire),
-                c"write deny-oom",
-                1,
-            ),
-            (
-                c"lock.reenter",
-                shim!(commands::reenter),
-                c"write deny-oom",
-                1,
-            ),
-            (c"lock.release", shim!(commands::release), c"write", 1),
-            (c"lock.renew", shim!(commands::renew), c"write", 1),
-            (c"lock.fence", shim!(commands::fence), c"write", 1),
-            (c"lock.info", shim!(commands::info), c"readonly fast", 1),
-            (c"lock.apply", shim!(commands::apply), c"write", 1),
-            (c"lock.lastfence", shim!(commands::last_fence), c"write", 0),
+            (&commandinfo::ACQUIRE, shim!(commands::acquire)),
+            (&commandinfo::REENTER, shim!(commands::reenter)),
+            (&commandinfo::RELEASE, shim!(commands::release)),
+            (&commandinfo::RENEW, shim!(commands::renew)),
+            (&commandinfo::FENCE, shim!(commands::fence)),
+            (&commandinfo::INFO, shim!(commands::info)),
+            (&commandinfo::APPLY, shim!(commands::apply)),
+            (&commandinfo::LAST_FENCE, shim!(commands::last_fence)),
         ];
-        for (name, handler, flags, key) in commands {
-            // SAFETY: module load, with its context; names and flags are
-            // static C strings and the handlers plain functions.
-            let status = unsafe {
-                raw::RedisModule_CreateCommand.map_or(raw::Status::Err as c_int, |f| {
-                    f(
-                        ctx.ctx,
-                        name.as_ptr(),
-                        Some(handler),
-                        flags.as_ptr(),
-                        key,
-                        key,
-                        key,
-                    )
-                })
-            };
-            if status != raw::Status::Ok as c_int {
-                ctx.log_warning(&format!("lock: cannot register {name:?}"));
+        let category = commandinfo::add_category(ctx);
+        for (command, handler) in commands {
+            if let Err(why) = commandinfo::register(ctx, command, handler, category) {
+                ctx.log_warning(&format!("lock: {why}"));
                 return Status::Err;
             }
         }
         Status::Ok
     }
 
+    /// `MODULE LIST`'s `ver`: the crate version as major × 10000 + minor ×
+    /// 100 + patch (0.1.0 → 100), the way Redis's own modules number theirs.
+    const VERSION: i32 = version_number(env!("CARGO_PKG_VERSION"));
+
+    /// `"major.minor.patch"` (anything after the patch, such as `-rc1`, is
+    /// ignored) as major × 10000 + minor × 100 + patch. A version that
+    /// does not fit (minor or patch above 99, major above 214747) fails
+    /// the build instead of showing a wrong number.
+    const fn version_number(version: &str) -> i32 {
+        let bytes = version.as_bytes();
+        let mut parts = [0_i32; 3];
+        let (mut part, mut i) = (0, 0);
+        while i < bytes.len() && part < 3 {
+            match bytes[i] {
+                b'0'..=b'9' => parts[part] = parts[part] * 10 + (bytes[i] - b'0') as i32,
+                b'.' => part += 1,
+                _ => break,
+            }
+            i += 1;
+        }
+        assert!(part == 2, "the crate version is not major.minor.patch");
+        assert!(
+            parts[1] < 100 && parts[2] < 100,
+            "minor and patch must be below 100"
+        );
+        assert!(parts[0] <= (i32::MAX - 9999) / 10000, "major too large");
+        parts[0] * 10000 + parts[1] * 100 + parts[2]
+    }
+
     redis_module! {
         name: "lock",
-        version: 1,
+        version: VERSION,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [LOCK_TYPE],
         init: init,

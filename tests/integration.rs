@@ -26,6 +26,10 @@ mod commands;
 /// bad values refused; the cap on every `ttl-ms`.
 #[path = "integration/config.rs"]
 mod config;
+/// What the server knows about each command: key specs (the ACL key
+/// permission each needs), docs, ACL categories and the module's version.
+#[path = "integration/conventions.rs"]
+mod conventions;
 /// Bad input (SPEC §9): each error, the order of checks, and that an error
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 #[path = "integration/errors.rs"]

@@ -5,6 +5,7 @@
 //! line and an error reply instead of a panic unwinding into C (which would
 //! abort the server).
 
+pub mod commandinfo;
 pub mod config;
 pub mod datatype;
 pub mod events;
