@@ -277,7 +277,7 @@ fn lose_a_lock_in_a_failover(mode: &str) -> LostLock {
     });
     let mut m = master.conn();
     let l1_fence = m.acquire("L1", "alice", MAX_TTL_MS).expect("free");
-    assert_eq!(m.int(&["WAIT", "1", "1000"]), 1, "the replica has L1");
+    assert_eq!(m.int(&["WAIT", "1", "5000"]), 1, "the replica has L1");
 
     // The replica freezes (a long pause, a stalled VM) and the master drops
     // its link; frozen, the replica cannot reconnect and catch up.
