@@ -57,7 +57,7 @@ servers: valkey ## Install the test servers beside Debian's Redis 7.0: Valkey 8.
 
 test: build servers python-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's and the Python suite on each of the four servers
 	cargo build --release --examples
-	cargo test --release --lib
+	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
 	@for server in $(SERVERS); do \
 	  case $$server in \
@@ -73,7 +73,7 @@ model: ## Model-check the core (model/): every model at its full bounds, states,
 	cargo run --release -p redislock-model
 
 unit: ## Unit tests of the pure core only (no Redis needed)
-	cargo test --release --lib
+	cargo test --release -p redislock-core
 
 integration: build ## Integration tests on Debian's redis-server (real server processes)
 	cargo build --release --examples

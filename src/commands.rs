@@ -6,7 +6,7 @@
 
 use std::os::raw::c_int;
 
-use redis_module::{raw, Context, ContextFlags, RedisResult, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::args;
 use crate::error::LockError;
@@ -256,8 +256,18 @@ fn run(
         if err == LockError::NotOwner {
             stats::NOTOWNER.incr();
         }
-        err.into_redis()
+        error_reply(err)
     })
+}
+
+/// The reply Redis sends for `err`. Arity goes through
+/// `RedisModule_WrongArity` so the text names the command exactly as the
+/// server's own check does; every other error is its text from the core.
+pub fn error_reply(err: LockError) -> RedisError {
+    match err {
+        LockError::WrongArity => RedisError::WrongArity,
+        other => RedisError::Str(other.message()),
+    }
 }
 
 /// Counts, fences: unsigned here, signed integers in RESP.

@@ -1,19 +1,14 @@
 //! `lock`: distributed locks inside `redis-server`.
 //!
-//! The contract is `SPEC.md` (shared with the team); this crate is laid out
-//! so that the logic can be read and tested without Redis:
+//! The command reference is `docs/commands.md`. The logic lives in the
+//! Redis-free crate `redislock-core` (`core/`: the lock state machine,
+//! fences, the wait queue, the hand-off engine, the quarantine, argument
+//! parsing, counters), re-exported here under the same names; this crate is
+//! the glue that runs it inside `redis-server`:
 //!
-//! | file | what lives there | touches Redis? |
+//! | path | what lives there | touches Redis? |
 //! |---|---|---|
-//! | [`args`] | argument vectors → typed requests, every §9 rule | no |
-//! | [`cluster`] | hash slots and `MIGRATE` arguments | no |
-//! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes | no |
-//! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` | no |
-//! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion | no |
-//! | [`queue`] | the FIFO of clients waiting on each lock | no |
-//! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes | no |
-//! | [`error`] | the one error enum and its reply texts | no |
-//! | [`stats`] | counters for `INFO lock` | no |
+//! | `core/` ([`lock`], [`handoff`], [`args`], …) | the logic, pure, time passed in | no |
 //! | [`commands`] | one handler per command: parse → apply → reply | safe API |
 //! | [`ffi`] | all raw C API use: data type, keys, blocking, events, configs | `unsafe` |
 //!
@@ -25,23 +20,15 @@
 //! (and the fence counter, when an AOF rewrite would lose it, as
 //! `LOCK.LASTFENCE`).
 
-pub mod args;
-pub mod cluster;
 pub mod commands;
-pub mod error;
-pub mod fence;
 pub mod ffi;
-pub mod handoff;
-pub mod lock;
-pub mod quarantine;
-pub mod queue;
-pub mod stats;
 
-// Unit tests and the model checker (built without the `module` feature) run
-// without Redis, so they use the system allocator and skip the registration;
-// the module allocates through Redis so that `used_memory` and `MEMORY USAGE`
-// count its data.
-#[cfg(all(feature = "module", not(test)))]
+pub use redislock_core::{args, cluster, error, fence, handoff, lock, quarantine, queue, stats};
+
+// Unit tests run without Redis, so they use the system allocator and skip
+// the registration; the module allocates through Redis so that
+// `used_memory` and `MEMORY USAGE` count its data.
+#[cfg(not(test))]
 mod registration {
     use std::os::raw::c_int;
 
@@ -91,7 +78,8 @@ mod registration {
                     });
                     // A panic outside the handler's own guard: still one reply.
                     replied.unwrap_or_else(|| {
-                        context.reply(Err(error::LockError::Internal.into_redis())) as c_int
+                        context.reply(Err(commands::error_reply(error::LockError::Internal)))
+                            as c_int
                     })
                 }
                 shim as extern "C" fn(_, _, _) -> _

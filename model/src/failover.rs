@@ -17,9 +17,9 @@
 //! not ended). With `max_ttl` on it holds; with it off the checker finds the
 //! counterexample (a hold the promoted replica never received).
 
-use redislock::fence;
-use redislock::lock::{self, Acquire, Barriers, Hold, Lock};
-use redislock::quarantine::{Cause, Mode, Quarantine};
+use redislock_core::fence;
+use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock};
+use redislock_core::quarantine::{Cause, Mode, Quarantine};
 use stateright::{Model, Property};
 
 use crate::Fence;

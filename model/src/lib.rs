@@ -2,7 +2,7 @@
 //!
 //! Each model is a small world — clients, one or more servers, a tick
 //! counter for time — whose server side calls the module's real core
-//! (`redislock::{lock, fence, queue, handoff}`), not a copy of it. The
+//! (`redislock_core::{lock, fence, queue, handoff}`), not a copy of it. The
 //! model's own "glue" does what `src/ffi` and `src/commands.rs` do around
 //! the core. The checker then walks every interleaving within the bounds
 //! and checks the guarantees in every state it reaches.
@@ -166,7 +166,7 @@ pub struct Fence(pub u64);
 
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shift = redislock::fence::CLOCK_SHIFT;
+        let shift = redislock_core::fence::CLOCK_SHIFT;
         write!(f, "{}:{}", self.0 >> shift, self.0 & ((1 << shift) - 1))
     }
 }

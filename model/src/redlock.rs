@@ -19,8 +19,8 @@
 
 use std::fmt;
 
-use redislock::fence;
-use redislock::lock::{self, Acquire, Barriers, Hold, Lock};
+use redislock_core::fence;
+use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock};
 use stateright::{Model, Property};
 
 use crate::Fence;

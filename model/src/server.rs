@@ -4,7 +4,7 @@
 //! release and disconnect; leases end as time ticks; an operator deletes,
 //! overwrites (`SET`) and flushes keys and pauses writes. The server side is
 //! the module's own core — [`lock`] decides each command, [`fence::next`]
-//! issues fences, [`Engine`] (with its [`queue`](redislock::queue)) decides
+//! issues fences, [`Engine`] (with its [`queue`](redislock_core::queue)) decides
 //! hand-offs — and this file's glue does what `src/commands.rs` and
 //! `src/ffi/waiting.rs` do around it: write the key, issue the fence, arm
 //! timers, answer handles, take back grants never replied.
@@ -17,10 +17,12 @@
 
 use std::fmt;
 
-use redislock::fence;
-use redislock::handoff::{self, Engine, Gate, Gone, Grant, InFlight, Key, Serve, Timer, Waiter};
-use redislock::lock::{self, Acquire, Barriers, Hold, Lock};
-use redislock::queue::LockName;
+use redislock_core::fence;
+use redislock_core::handoff::{
+    self, Engine, Gate, Gone, Grant, InFlight, Key, Serve, Timer, Waiter,
+};
+use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock};
+use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
 use crate::Fence;

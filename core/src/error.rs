@@ -1,12 +1,10 @@
 //! The one error type of the module.
 //!
-//! Every failure a client can cause is a variant here; the Redis glue turns
-//! it into an error reply at the boundary ([`LockError::into_redis`]), so the
+//! Every failure a client can cause is a variant here, with its reply text;
+//! the Redis glue turns it into an error reply at the boundary, so the
 //! prefixes clients match on (`ERR`, `WRONGTYPE`, `NOTOWNER`) live in one place.
 
-use redis_module::RedisError;
-
-use crate::args::MAX_MS;
+use crate::limits::{FENCE_AHEAD_MS, MAX_MS};
 
 /// Why a command was refused. Checked in the order of the variants below
 /// (SPEC §9): the first that applies answers.
@@ -26,7 +24,7 @@ pub enum LockError {
     BadFence,
     /// An internal-command integer (count, fence, expiry) is out of range.
     BadNumber,
-    /// The owner is empty or longer than [`crate::args::MAX_OWNER_LEN`].
+    /// The owner is empty or longer than [`crate::limits::MAX_OWNER_LEN`].
     BadOwner,
     /// The key holds a value of another type.
     WrongType,
@@ -66,15 +64,6 @@ impl LockError {
             LockError::Internal => "ERR internal error in the lock module (see the server log)",
         }
     }
-
-    /// The reply Redis sends. Arity goes through `RedisModule_WrongArity` so
-    /// the text names the command exactly as the server's own check does.
-    pub fn into_redis(self) -> RedisError {
-        match self {
-            LockError::WrongArity => RedisError::WrongArity,
-            other => RedisError::Str(other.message()),
-        }
-    }
 }
 
 // Kept as consts so the bound printed is the bound enforced.
@@ -82,6 +71,6 @@ const TTL_MESSAGE: &str = "ERR ttl-ms must be an integer from 1 to 1099511627776
 const TIMEOUT_MESSAGE: &str = "ERR timeout-ms must be an integer from 0 to 1099511627776";
 const FENCE_MESSAGE: &str =
     "ERR min-fence must be an integer from 1 to (unix_ms + 3600000) * 2^20 of the server clock";
-const _: () = assert!(crate::args::FENCE_AHEAD_MS == 3_600_000);
+const _: () = assert!(FENCE_AHEAD_MS == 3_600_000);
 const _: () = assert!(crate::fence::CLOCK_SHIFT == 20);
 const _: () = assert!(MAX_MS == 1_099_511_627_776);

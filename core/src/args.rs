@@ -6,11 +6,7 @@
 //! name, index 1 the key (the glue opens it), so parsers look from index 2.
 
 use crate::error::LockError;
-
-/// Largest `ttl-ms` / `timeout-ms`: 2^40 ms, about 35 years.
-pub const MAX_MS: u64 = 1 << 40;
-/// Longest owner token, in bytes.
-pub const MAX_OWNER_LEN: usize = 1024;
+pub use crate::limits::{FENCE_AHEAD_MS, MAX_MS, MAX_OWNER_LEN};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
@@ -48,9 +44,6 @@ pub struct Fence<'a> {
     pub owner: &'a [u8],
     pub min_fence: u64,
 }
-
-/// How far ahead of the clock floor a `min-fence` may reach: one hour.
-pub const FENCE_AHEAD_MS: u64 = 3_600_000;
 
 /// The largest `min-fence` at wall-clock time `now_ms`:
 /// `(now_ms + 1 hour) × 2^20`. A bound tied to the clock keeps any client

@@ -1,0 +1,30 @@
+//! `redislock-core`: the lock module's logic, with no Redis in it.
+//!
+//! Everything here is pure — time is passed in as `now_ms`, nothing opens a
+//! key or replies to a client — so it is unit-tested without a server and
+//! model-checked by `model/`. The module crate at the root is the glue that
+//! runs it inside `redis-server`.
+//!
+//! | module | what lives there |
+//! |---|---|
+//! | [`args`] | argument vectors → typed requests, every rule of the order of checks |
+//! | [`limits`] | the grammar's limits (`ttl-ms`, owner length, `min-fence` reach) |
+//! | [`error`] | the one error enum and its reply texts |
+//! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes |
+//! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` |
+//! | [`queue`] | the FIFO of clients waiting on each lock |
+//! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |
+//! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion |
+//! | [`cluster`] | hash slots and where a migrated key went |
+//! | [`stats`] | counters for `INFO lock` |
+
+pub mod args;
+pub mod cluster;
+pub mod error;
+pub mod fence;
+pub mod handoff;
+pub mod limits;
+pub mod lock;
+pub mod quarantine;
+pub mod queue;
+pub mod stats;
