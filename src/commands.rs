@@ -10,7 +10,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 
 use crate::args;
 use crate::error::LockError;
-use crate::ffi::key::LockKey;
+use crate::ffi::key::{Access, Lease, LockKey};
 use crate::ffi::{config, guard, now_ms, waiting, Args};
 use crate::lock::{self, Acquire, Barriers};
 use crate::{fence, stats};
@@ -30,7 +30,7 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
         if let Some(name) = waiting::waiting_on(ctx, &key_name) {
             waiting::serve_now(ctx, &name);
         }
-        let mut key = LockKey::open(ctx, &key_name, true);
+        let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let now = key.now();
         let current = key.current()?;
         let holder_until = current
@@ -53,13 +53,13 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
                         key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
                     });
                 }
-                key.apply(req.owner, hold, true);
+                key.apply(req.owner, hold, Lease::Moved);
                 key.notify(NOTIFY_MODULE, c"lock.acquire");
                 stats::ACQUIRED.incr();
                 Ok(integer(hold.fence))
             }
             Acquire::Reentered(hold) => {
-                key.apply(req.owner, hold, true);
+                key.apply(req.owner, hold, Lease::Moved);
                 key.notify(NOTIFY_MODULE, c"lock.reenter");
                 stats::REENTERED.incr();
                 waiting::owner_active(ctx, &key_name, req.owner);
@@ -99,9 +99,14 @@ pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.REENTER", input, |argv| {
         let req = args::parse_reenter(argv, config::max_ttl())?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, true);
+        let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, key.now())?;
-        key.apply(req.owner, hold, req.ttl_ms.is_some());
+        let lease = if req.ttl_ms.is_some() {
+            Lease::Moved
+        } else {
+            Lease::Kept
+        };
+        key.apply(req.owner, hold, lease);
         key.notify(NOTIFY_MODULE, c"lock.reenter");
         stats::REENTERED.incr();
         waiting::owner_active(ctx, &key_name, req.owner);
@@ -117,13 +122,13 @@ pub fn release(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.RELEASE", input, |argv| {
         let req = args::parse_release(argv)?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, true);
+        let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let remaining = lock::release(key.current()?, req.owner, req.all, key.now())?;
         stats::RELEASED.incr();
         waiting::owner_active(ctx, &key_name, req.owner);
         match remaining {
             Some(hold) => {
-                key.apply(req.owner, hold, false);
+                key.apply(req.owner, hold, Lease::Kept);
                 key.notify(NOTIFY_MODULE, c"lock.release");
                 Ok(integer(hold.count))
             }
@@ -148,9 +153,9 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.RENEW", input, |argv| {
         let req = args::parse_renew(argv, config::max_ttl())?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, true);
+        let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, key.now())?;
-        key.apply(req.owner, hold, true);
+        key.apply(req.owner, hold, Lease::Moved);
         key.notify(NOTIFY_MODULE, c"lock.renew");
         stats::RENEWED.incr();
         waiting::owner_active(ctx, &key_name, req.owner);
@@ -165,9 +170,9 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.FENCE", input, |argv| {
         let req = args::parse_fence(argv, now_ms())?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, true);
+        let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let hold = lock::fence(key.current()?, req.owner, req.min_fence, key.now())?;
-        key.apply(req.owner, hold, false);
+        key.apply(req.owner, hold, Lease::Kept);
         // Replicas and the AOF raise their counter as they apply it
         // (`LOCK.APPLY` observes the fence it carries).
         fence::observe(hold.fence);
@@ -183,7 +188,7 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.INFO", input, |argv| {
         args::parse_info(argv)?;
         let key_name = input.key()?;
-        let key = LockKey::open(ctx, &key_name, false);
+        let key = LockKey::open(ctx, &key_name, Access::Read);
         let now = key.now();
         let Some(lock) = key.current()?.filter(|lock| lock.is_live(now)) else {
             return Ok(RedisValue::Null);
@@ -218,7 +223,7 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
         }
         let req = args::parse_apply(argv)?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, true);
+        let mut key = LockKey::open(ctx, &key_name, Access::Write);
         key.store(req.owner, req.count, req.fence, req.expires_at);
         fence::observe(req.fence);
         // Module commands are not propagated on their own: a replica writes

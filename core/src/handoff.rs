@@ -492,7 +492,7 @@ mod tests {
     struct Handle(u64);
 
     fn name(key: &str) -> LockName {
-        (0, key.as_bytes().to_vec())
+        LockName::new(0, key.as_bytes())
     }
 
     fn waiter(id: u64) -> Waiter<Handle> {

@@ -11,7 +11,20 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
 /// A lock's identity: database index and key name.
-pub type LockName = (i32, Vec<u8>);
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockName {
+    pub db: i32,
+    pub key: Vec<u8>,
+}
+
+impl LockName {
+    pub fn new(db: i32, key: &[u8]) -> LockName {
+        LockName {
+            db,
+            key: key.to_vec(),
+        }
+    }
+}
 
 /// All queues, and every waiter's payload `T`.
 #[derive(Clone)]
@@ -132,7 +145,7 @@ impl<T> WaitQueues<T> {
     pub fn names_in(&self, db: Option<i32>) -> Vec<LockName> {
         self.queues
             .keys()
-            .filter(|(d, _)| db.is_none_or(|db| *d == db))
+            .filter(|name| db.is_none_or(|db| name.db == db))
             .cloned()
             .collect()
     }
@@ -182,7 +195,7 @@ mod tests {
     use super::*;
 
     fn name(key: &str) -> LockName {
-        (0, key.as_bytes().to_vec())
+        LockName::new(0, key.as_bytes())
     }
 
     #[test]
@@ -203,11 +216,11 @@ mod tests {
     fn queues_are_per_lock_and_per_database() {
         let mut q = WaitQueues::default();
         q.push(name("a"), 1, ());
-        q.push((1, b"a".to_vec()), 2, ());
+        q.push(LockName::new(1, b"a"), 2, ());
         q.push(name("b"), 3, ());
         assert_eq!(q.pop(&name("a")), Some((1, ())));
         assert_eq!(q.pop(&name("a")), None);
-        assert_eq!(q.len(&(1, b"a".to_vec())), 1);
+        assert_eq!(q.len(&LockName::new(1, b"a")), 1);
         let mut db0 = q.names_in(Some(0));
         db0.sort();
         assert_eq!(db0, vec![name("b")]);

@@ -34,13 +34,13 @@ const OWNERS: [&[u8]; 8] = [b"c0", b"c0'", b"c1", b"c1'", b"c2", b"c2'", b"c3", 
 const LOCK_NAMES: [&str; 3] = ["a", "b", "c"];
 
 fn name(lock: usize) -> LockName {
-    (0, LOCK_NAMES[lock].as_bytes().to_vec())
+    LockName::new(0, LOCK_NAMES[lock].as_bytes())
 }
 
 fn lock_index(name: &LockName) -> usize {
     LOCK_NAMES
         .iter()
-        .position(|n| n.as_bytes() == name.1.as_slice())
+        .position(|n| n.as_bytes() == name.key.as_slice())
         .unwrap_or(usize::MAX)
 }
 

@@ -18,9 +18,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::ffi::key::LockKey;
+use crate::ffi::key::{Access, LockKey};
 use crate::ffi::{config, datatype};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, waiting};
+use crate::queue::LockName;
 use crate::{fence, stats};
 
 thread_local! {
@@ -124,12 +125,12 @@ fn keyspace_event(
     }
     if TTL_EVENTS.contains(&event) {
         if is_lock(ctx, key) {
-            waiting::ttl_changed(ctx, (db, name.to_vec()));
+            waiting::ttl_changed(ctx, LockName::new(db, name));
         }
         return;
     }
     if waiting::anyone_waiting() {
-        waiting::freed_by_event(ctx, (db, name.to_vec()));
+        waiting::freed_by_event(ctx, LockName::new(db, name));
     }
 }
 
@@ -141,7 +142,7 @@ const TTL_EVENTS: [&[u8]; 3] = [b"persist", b"expire", b"restore"];
 fn is_lock(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) -> bool {
     let context = Context::new(ctx);
     let name = RedisString::new(NonNull::new(ctx), key);
-    let key = LockKey::open(&context, &name, false);
+    let key = LockKey::open(&context, &name, Access::Read);
     let found = matches!(key.stored(), Ok(Some(_)));
     found
 }

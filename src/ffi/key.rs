@@ -32,11 +32,29 @@ pub struct LockKey<'a> {
     in_command: bool,
 }
 
+/// How a command opens a lock's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// To read it only (`LOCK.INFO`).
+    Read,
+    /// To read and change it.
+    Write,
+}
+
+/// Whether a change moves the hold's lease (and so the key's TTL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// The lease moved: the key's TTL is set to it.
+    Moved,
+    /// The lease is as it was: the TTL is left alone.
+    Kept,
+}
+
 impl<'a> LockKey<'a> {
-    /// Opens `name` for reading and writing (`write`) or reading only, for
-    /// a client's command. Opening lazily expires a key whose lease has ended.
-    pub fn open(ctx: &'a Context, name: &'a RedisString, write: bool) -> LockKey<'a> {
-        Self::open_with(ctx, name, write, true)
+    /// Opens `name` for a client's command. Opening lazily expires a key
+    /// whose lease has ended.
+    pub fn open(ctx: &'a Context, name: &'a RedisString, access: Access) -> LockKey<'a> {
+        Self::open_with(ctx, name, access == Access::Write, true)
     }
 
     /// Opens `name` for writing from a timer (a hand-off), outside any command.
@@ -153,8 +171,8 @@ impl<'a> LockKey<'a> {
     }
 
     /// Stores the core's decision for `owner` and replicates it as
-    /// `LOCK.APPLY`. `lease_changed: false` skips rewriting an unchanged TTL.
-    pub fn apply(&mut self, owner: &[u8], hold: Hold, lease_changed: bool) {
+    /// `LOCK.APPLY`. [`Lease::Kept`] skips rewriting an unchanged TTL.
+    pub fn apply(&mut self, owner: &[u8], hold: Hold, lease: Lease) {
         match self.value_ptr() {
             // SAFETY: the key's live value; `&mut self` makes this the only
             // borrow of it. Same owner (reentry, release, renew): update the
@@ -169,7 +187,7 @@ impl<'a> LockKey<'a> {
                 hold.expires_at,
             )),
         }
-        if lease_changed {
+        if lease == Lease::Moved {
             self.set_expiry(hold.expires_at);
         }
         self.replicate_apply(owner, hold);

@@ -41,7 +41,7 @@ use std::ptr::{self, NonNull};
 
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
-use crate::ffi::key::LockKey;
+use crate::ffi::key::{Access, Lease, LockKey};
 use crate::ffi::{config, events};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
@@ -108,7 +108,7 @@ fn with<R>(f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
 
 /// The lock name of `key` in the context's selected database.
 pub fn lock_name(ctx: &Context, key: &RedisString) -> LockName {
-    (selected_db(ctx.ctx), key.as_slice().to_vec())
+    LockName::new(selected_db(ctx.ctx), key.as_slice())
 }
 
 /// How many clients wait on `key` (in the selected database).
@@ -316,11 +316,11 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
         return;
     }
     if !in_command {
-        select_db(ctx.ctx, name.0);
+        select_db(ctx.ctx, name.db);
     }
-    let key_name = RedisString::create_from_slice(ctx.ctx, &name.1);
+    let key_name = RedisString::create_from_slice(ctx.ctx, &name.key);
     let mut key = if in_command {
-        LockKey::open(ctx, &key_name, true)
+        LockKey::open(ctx, &key_name, Access::Write)
     } else {
         LockKey::open_in_timer(ctx, &key_name)
     };
@@ -337,7 +337,7 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
     if seen == Key::Free && events::cluster_mode() {
         // A cluster slot migration may have moved the lock to another node:
         // its waiters follow it there instead of being granted it here.
-        if let Some(error) = moved_to(ctx, &name.1) {
+        if let Some(error) = moved_to(ctx, &name.key) {
             drop(key);
             return redirect(ctx.ctx, name, &error);
         }
@@ -373,7 +373,7 @@ fn hand_over(ctx: &Context, key: &mut LockKey, name: &LockName, grant: Grant<Par
             fence: fence::issue(now),
             expires_at: until,
         };
-        key.apply(&owner, hold, true);
+        key.apply(&owner, hold, Lease::Moved);
         key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.acquire");
         stats::ACQUIRED.incr();
         stats::HANDOFFS.incr();
@@ -398,8 +398,8 @@ fn hand_over(ctx: &Context, key: &mut LockKey, name: &LockName, grant: Grant<Par
 /// serves the next waiter. A hold the same owner reentered meanwhile (from
 /// another connection) is in use, and stays.
 fn revoke(ctx: &Context, grant: &InFlight) {
-    select_db(ctx.ctx, grant.name.0);
-    let key_name = RedisString::create_from_slice(ctx.ctx, &grant.name.1);
+    select_db(ctx.ctx, grant.name.db);
+    let key_name = RedisString::create_from_slice(ctx.ctx, &grant.name.key);
     let key = LockKey::open_in_timer(ctx, &key_name);
     if lock::revocable(key.current().ok().flatten(), &grant.owner, grant.fence) {
         delete_and_serve(ctx, key, &grant.name);
@@ -419,8 +419,8 @@ fn delete_and_serve(ctx: &Context, key: LockKey, name: &LockName) {
 /// Puts back the lease of a lock whose TTL another command changed, or
 /// deletes it if its lease has ended (SPEC guarantee 3).
 fn fix_ttl(ctx: &Context, name: &LockName) {
-    select_db(ctx.ctx, name.0);
-    let key_name = RedisString::create_from_slice(ctx.ctx, &name.1);
+    select_db(ctx.ctx, name.db);
+    let key_name = RedisString::create_from_slice(ctx.ctx, &name.key);
     let key = LockKey::open_in_timer(ctx, &key_name);
     let Ok(Some(stored)) = key.stored() else {
         return;
