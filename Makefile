@@ -161,7 +161,7 @@ dist-pack:
 	(cd $$dir && sha256sum libredislock.so LICENSE README.md redis.conf > SHA256SUMS); \
 	chmod 0644 $$dir/README.md $$dir/redis.conf $$dir/SHA256SUMS; \
 	tar --create --format=gnu --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$epoch \
-	  -C $$stage $$name | gzip -9 -n > $$stage/$$name.tar.gz; \
+	  -C $$stage $$name | gzip -n > $$stage/$$name.tar.gz; \
 	(cd $$stage && sha256sum $$name.tar.gz > $$name.tar.gz.sha256); \
 	mv $$stage/$$name.tar.gz $$stage/$$name.tar.gz.sha256 $(DIST)/; \
 	echo "$(DIST)/$$name.tar.gz"
