@@ -122,6 +122,52 @@ bench-python: build python-env ## Python locks compared: redislock vs redis-py's
 
 .PHONY: python-env python-test bench-python
 
+# `make dist`: the tarball a user installs without Rust,
+# $(DIST)/redislock-<version>-<target>.tar.gz, and its .sha256 beside it.
+# <version> is Cargo.toml's [package] version; <target> is rustc's host
+# without its vendor (x86_64-unknown-linux-gnu: x86_64-linux-gnu). The same
+# inputs give the same bytes: names sorted, owner 0:0, every mtime
+# SOURCE_DATE_EPOCH or else the last commit's time, gzip without name or time.
+DIST := dist
+
+dist: build ## The release tarball dist/redislock-<version>-<target>.tar.gz (module, README, redis.conf, LICENSE, SHA256SUMS) and its .sha256
+	@$(MAKE) --no-print-directory dist-pack
+
+# Packs $(MODULE) as it is into $(DIST), building nothing: `make dist` runs
+# it after its build, and the integration test (tests/integration/dist.rs)
+# on the module under test with a DIST of its own, as a cargo build during
+# the suite would relink the module under the running servers.
+dist-pack:
+	@set -euo pipefail; \
+	version=$$(awk -F'"' '/^\[/ { pkg = ($$0 == "[package]") } pkg && /^version *=/ { print $$2; exit }' Cargo.toml); \
+	target=$$(rustc -vV | sed -n 's/^host: //p' | sed 's/-unknown-/-/'); \
+	epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || true)}; \
+	[ -n "$$version" ] || { echo "dist: no [package] version in Cargo.toml" >&2; exit 1; }; \
+	[ -n "$$target" ] || { echo "dist: no host in rustc -vV" >&2; exit 1; }; \
+	[ -n "$$epoch" ] || { echo "dist: no git history here: set SOURCE_DATE_EPOCH" >&2; exit 1; }; \
+	name=redislock-$$version-$$target; \
+	mkdir -p $(DIST); \
+	stage=$$(mktemp -d $(DIST)/.stage.XXXXXX); \
+	trap 'rm -rf "$$stage"' EXIT; \
+	dir=$$stage/$$name; \
+	install -d -m 0755 $$dir; \
+	install -m 0755 $(MODULE) $$dir/libredislock.so; \
+	install -m 0644 LICENSE $$dir/LICENSE; \
+	subst="s|@VERSION@|$$version|g; s|@TARGET@|$$target|g; s|@NAME@|$$name|g"; \
+	sed "$$subst" packaging/redis.conf.in > $$dir/redis.conf; \
+	awk '$$0 == "@INSTALL@" { while ((getline line < "README.md") > 0) { if (line ~ /^## /) on = (line == "## Install"); if (on) print line } next } { print }' \
+	  packaging/README.md.in | sed "$$subst" > $$dir/README.md; \
+	grep -q '^## Install$$' $$dir/README.md || { echo "dist: README.md has no ## Install section" >&2; exit 1; }; \
+	(cd $$dir && sha256sum libredislock.so LICENSE README.md redis.conf > SHA256SUMS); \
+	chmod 0644 $$dir/README.md $$dir/redis.conf $$dir/SHA256SUMS; \
+	tar --create --format=gnu --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$epoch \
+	  -C $$stage $$name | gzip -n > $$stage/$$name.tar.gz; \
+	(cd $$stage && sha256sum $$name.tar.gz > $$name.tar.gz.sha256); \
+	mv $$stage/$$name.tar.gz $$stage/$$name.tar.gz.sha256 $(DIST)/; \
+	echo "$(DIST)/$$name.tar.gz"
+
+.PHONY: dist dist-pack
+
 clean: ## Remove build output and local data files
 	cargo clean
 	rm -rf dump.rdb appendonlydir python/build python/*.egg-info

@@ -30,6 +30,11 @@ mod config;
 /// permission each needs), docs, ACL categories and the module's version.
 #[path = "integration/conventions.rs"]
 mod conventions;
+/// The release tarball (`make dist`): one folder, checksums that verify,
+/// the same bytes from the same inputs, and its module loaded from
+/// redis.conf, the command line and `MODULE LOAD`.
+#[path = "integration/dist.rs"]
+mod dist;
 /// Bad input (SPEC §9): each error, the order of checks, and that an error
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 #[path = "integration/errors.rs"]
