@@ -1,5 +1,5 @@
 //! Integration tests: the module loaded into a real `redis-server`, driven over
-//! TCP as a client would, against the contract in SPEC.md.
+//! TCP as a client would, against the contract in docs/commands.md.
 //!
 //! Every test starts its own server(s) on a free loopback port with a temp dir
 //! of its own (see `harness`), so tests run in parallel. The module must be
@@ -21,7 +21,7 @@ mod cluster;
 /// Every reply of the five commands, fencing, and the decided corner cases.
 #[path = "integration/commands.rs"]
 mod commands;
-/// The module configs `lock.max-ttl` and `lock.quarantine` (issue 11): set
+/// The module configs `lock.max-ttl` and `lock.quarantine`: set
 /// at run time, in redis.conf, on the command line and by `MODULE LOADEX`;
 /// bad values refused; the cap on every `ttl-ms`.
 #[path = "integration/config.rs"]
@@ -35,7 +35,7 @@ mod conventions;
 /// redis.conf, the command line and `MODULE LOAD`.
 #[path = "integration/dist.rs"]
 mod dist;
-/// Bad input (SPEC §9): each error, the order of checks, and that an error
+/// Bad input (the order of checks): each error, the order of checks, and that an error
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 #[path = "integration/errors.rs"]
 mod errors;
@@ -43,25 +43,25 @@ mod errors;
 /// fences and waiters on the new master.
 #[path = "integration/failover.rs"]
 mod failover;
-/// `LOCK.FENCE` (issue 12): raising a hold's fence and the server's counter,
+/// `LOCK.FENCE`: raising a hold's fence and the server's counter,
 /// its errors in order, replication and persistence.
 #[path = "integration/fence.rs"]
 mod fence;
 /// Thousands of random argument vectors: the server answers each and survives.
 #[path = "integration/fuzz.rs"]
 mod fuzz;
-/// A release with waiters hands over inside the command (issue 10): no later
+/// A release with waiters hands over inside the command: no later
 /// command sees the lock free; release and grant reach the AOF together.
 #[path = "integration/handoff.rs"]
 mod handoff;
 /// The `INFO lock` section: gauges and counters.
 #[path = "integration/info.rs"]
 mod info;
-/// No lock lives forever (issue 10): `PERSIST`, `EXPIRE` past the lease and
+/// No lock lives forever: `PERSIST`, `EXPIRE` past the lease and
 /// `RESTORE` without a TTL are undone; a lock waiting to end costs no CPU.
 #[path = "integration/lease.rs"]
 mod lease;
-/// `MIGRATE` inside `MULTI` or a Lua script with clients waiting (issue 10):
+/// `MIGRATE` inside `MULTI` or a Lua script with clients waiting:
 /// the waiters follow the lock to the target, none is granted on the source.
 #[path = "integration/migrate.rs"]
 mod migrate;
@@ -69,7 +69,7 @@ mod migrate;
 /// sell a stock of 500 under the lock; not one item more.
 #[path = "integration/oversell.rs"]
 mod oversell;
-/// Writes paused (issue 10): a lease that ends during `CLIENT PAUSE`, a
+/// Writes paused: a lease that ends during `CLIENT PAUSE`, a
 /// `FAILOVER` or a `SHUTDOWN` waiting for a replica hands off only after it.
 #[path = "integration/pause.rs"]
 mod pause;
@@ -77,12 +77,12 @@ mod pause;
 /// `COPY`, and restarts with persistence off.
 #[path = "integration/persistence.rs"]
 mod persistence;
-/// The quarantine (issue 11): no fresh hold for `lock.max-ttl` ms after a
+/// The quarantine: no fresh hold for `lock.max-ttl` ms after a
 /// start or a promotion; a lock lost in a failover or a crash is not given
 /// to a second holder before its lease ends.
 #[path = "integration/quarantine.rs"]
 mod quarantine;
-/// Blocked-client races (issue 10): a hand-off against `CLIENT UNBLOCK` or
+/// Blocked-client races: a hand-off against `CLIENT UNBLOCK` or
 /// `CLIENT KILL` in the same pipeline, with and without I/O threads.
 #[path = "integration/races.rs"]
 mod races;
@@ -91,7 +91,7 @@ mod races;
 #[path = "integration/replication.rs"]
 mod replication;
 /// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
-/// with its locks intact, and none is held forever (issue 10).
+/// with its locks intact, and none is held forever.
 #[path = "integration/upgrade.rs"]
 mod upgrade;
 /// Blocked waiters (`LOCK.ACQUIRE … WAIT`): FIFO hand-off on every way a lock

@@ -1,5 +1,5 @@
 //! `lockbench`: the lock module against the two classic Redis lock recipes and
-//! raw Redis, side by side, in one run on one machine (issue 4).
+//! raw Redis, side by side, in one run on one machine.
 //!
 //! `make bench` (full, under 10 minutes) or `make bench-quick` (under 2);
 //! directly: `cargo bench --bench lockbench [-- --quick] [-- --only a,b]`.

@@ -1,6 +1,6 @@
 //! Argument parsing: raw argument vectors into typed requests.
 //!
-//! Pure, so every rule of SPEC §9 is unit-tested here. Each parser checks,
+//! Pure, so every rule of the order of checks is unit-tested here. Each parser checks,
 //! in this order: too few arguments, then arguments past the grammar or
 //! unknown options, then numbers, then the owner. Index 0 is the command
 //! name, index 1 the key (the glue opens it), so parsers look from index 2.

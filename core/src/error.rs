@@ -7,7 +7,7 @@
 use crate::limits::{FENCE_AHEAD_MS, MAX_MS};
 
 /// Why a command was refused. Checked in the order of the variants below
-/// (SPEC §9): the first that applies answers.
+/// (the order of checks): the first that applies answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockError {
     /// Too few arguments: the server's standard arity error.

@@ -186,7 +186,7 @@ pub fn first_ended_ms(until: u64) -> u64 {
 /// When a hold ends, from its stored lease end (`0`: not known, a value
 /// from encoding version 1) and the key's expiry: the earlier of the two. A
 /// TTL shorter than the lease ends the hold early (an operator forcing it
-/// free); a missing or longer TTL changes nothing (SPEC guarantee 3). A hold
+/// free); a missing or longer TTL changes nothing (no lock lives forever). A hold
 /// with neither has ended: every hold has a lease.
 pub fn lease_end(stored_lease: u64, key_expiry: Option<u64>) -> u64 {
     match (stored_lease, key_expiry) {

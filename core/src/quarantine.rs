@@ -1,5 +1,5 @@
 //! The quarantine: after a start or a promotion, a node begins no fresh hold
-//! for `lock.max-ttl` ms (SPEC guarantee 10).
+//! for `lock.max-ttl` ms (failover and restart safety).
 //!
 //! Why it is enough: every hold this node (or the master it replaced) may
 //! have forgotten — an acquisition its replica never received, an AOF write

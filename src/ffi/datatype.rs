@@ -4,7 +4,7 @@
 //! A value is one allocation: the numbers of the hold (count, fence, lease
 //! end) followed by the owner's bytes. The lease end is stored here and
 //! mirrored as the key's TTL (see `ffi::key`); the stored one is the truth
-//! when the two disagree (SPEC guarantee 3).
+//! when the two disagree (no lock lives forever).
 
 use std::alloc::{self, Layout};
 use std::ffi::CString;

@@ -135,7 +135,7 @@ fn keyspace_event(
 }
 
 /// Events that change a key's TTL without this module: a lock's lease must
-/// then be put back (SPEC guarantee 3).
+/// then be put back (no lock lives forever).
 const TTL_EVENTS: [&[u8]; 3] = [b"persist", b"expire", b"restore"];
 
 /// Whether `key` (in the context's database) holds a lock.

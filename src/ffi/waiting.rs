@@ -417,7 +417,7 @@ fn delete_and_serve(ctx: &Context, key: LockKey, name: &LockName) {
 }
 
 /// Puts back the lease of a lock whose TTL another command changed, or
-/// deletes it if its lease has ended (SPEC guarantee 3).
+/// deletes it if its lease has ended (no lock lives forever).
 fn fix_ttl(ctx: &Context, name: &LockName) {
     select_db(ctx.ctx, name.db);
     let key_name = RedisString::create_from_slice(ctx.ctx, &name.key);

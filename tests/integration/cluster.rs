@@ -1,4 +1,4 @@
-//! Redis Cluster (SPEC guarantees 4, 7 and 8; issue 5): three masters, each
+//! Redis Cluster (fencing, durability, cluster): three masters, each
 //! with one replica, every node loading the module, made by
 //! `redis-cli --cluster create` as an operator would.
 //!

@@ -1,5 +1,5 @@
-//! Every reply of the five commands (SPEC "Commands"), the fencing rule
-//! (guarantee 4), and the corner cases the spec decides: case-insensitive names
+//! Every reply of the commands, the fencing rule
+//! (fencing), and the corner cases the spec decides: case-insensitive names
 //! and `ALL`, binary-safe owners.
 
 use std::time::Duration;

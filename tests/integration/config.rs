@@ -1,5 +1,5 @@
-//! The module configs `lock.max-ttl` and `lock.quarantine` (SPEC
-//! "Configuration" and guarantee 9; issue 11).
+//! The module configs `lock.max-ttl` and `lock.quarantine` ("Configuration" in docs/commands.md,
+//! and bad input).
 //!
 //! - Both are read and set like any server config: `CONFIG GET`/`CONFIG SET`
 //!   at run time, and at start-up from `redis.conf` after `loadmodule`, from
@@ -24,7 +24,7 @@ use crate::harness::{
     handed_fence, module_path, server_bin, text, wait_on, wait_until, Call, Hold, Server, LONG,
 };
 
-/// The error of a `ttl-ms` above the cap (SPEC guarantee 9).
+/// The error of a `ttl-ms` above the cap (bad input).
 const ABOVE_MAX: &str = "ERR ttl-ms is above lock.max-ttl (CONFIG GET lock.max-ttl)";
 
 /// 2^40, the largest `lock.max-ttl` (and `ttl-ms`).

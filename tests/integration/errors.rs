@@ -1,4 +1,4 @@
-//! Bad input (SPEC §9). Checks answer in this order: too few arguments, an
+//! Bad input (the order of checks). Checks answer in this order: too few arguments, an
 //! argument past the grammar, a bad ttl-ms, a bad owner, another type, not the
 //! owner. Each test below sends input that fails several checks and expects
 //! the earliest one's error; every refusal is checked to change nothing.

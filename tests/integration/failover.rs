@@ -1,4 +1,4 @@
-//! Sentinel-style failover (SPEC guarantees 4 and 7; issue 5): a master with
+//! Sentinel-style failover (fencing and durability and replication): a master with
 //! two replicas dies (`SIGKILL`); one replica is promoted with
 //! `REPLICAOF NO ONE` and the other re-pointed at it, the steps Sentinel
 //! takes.

@@ -1,6 +1,6 @@
-//! `LOCK.FENCE key owner min-fence` (SPEC "LOCK.FENCE", issue 12): the owner
+//! `LOCK.FENCE key owner min-fence` : the owner
 //! raises its hold's fence, and every fence the server issues afterwards, for
-//! any lock, is higher. Replies, each error in SPEC §9 order with nothing
+//! any lock, is higher. Replies, each error in the order of checks with nothing
 //! changed, replication, and persistence (RDB, AOF, `DEBUG RELOAD`).
 
 use std::time::Duration;

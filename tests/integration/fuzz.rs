@@ -1,4 +1,4 @@
-//! Random argument vectors (SPEC §9: "the server never crashes, whatever the
+//! Random argument vectors ("the server never crashes, whatever the
 //! input"). Each vector is a random command of the module, internal
 //! `LOCK.APPLY` included, with 0 to 8 random arguments: keys that exist as
 //! locks or as other types, owners, keywords, numbers at and past every bound,

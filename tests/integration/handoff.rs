@@ -1,12 +1,11 @@
-//! A released lock is never seen free while clients wait (SPEC guarantee 5,
-//! last part; issue 10): a `LOCK.RELEASE` that frees a lock with waiters
+//! A released lock is never seen free while clients wait (fair, prompt hand-off): a `LOCK.RELEASE` that frees a lock with waiters
 //! hands it over inside the same command. No command that runs after it —
 //! in the same pipeline, the same `MULTI`, or from another client — sees the
 //! lock free: `LOCK.INFO` shows the new owner, `EXISTS` says 1, `SET NX`
 //! fails. The release and the grant reach the AOF in one transaction, so no
 //! replay stops between them.
 //!
-//! Before issue 10 was fixed the hand-off waited for a 0 ms timer: the rest
+//! Before this was fixed the hand-off waited for a 0 ms timer: the rest
 //! of the pipeline saw the lock free, and the AOF held the release and the
 //! grant as two separate entries.
 
@@ -43,7 +42,7 @@ fn assert_bob_holds_right_after_the_release(replies: &[Value], bob: JoinHandle<R
     assert_ne!(
         info,
         &Value::Nil,
-        "{how}: LOCK.INFO right after the release saw k free (issue 10)"
+        "{how}: LOCK.INFO right after the release saw k free"
     );
     let info = LockInfo::from_reply(info).unwrap_or_else(|why| panic!("{how}: {why}: {info:?}"));
     assert_eq!(
@@ -73,7 +72,7 @@ fn release_then_look(pipe: &mut redis::Pipeline) -> &mut redis::Pipeline {
         .arg(&["k", "x", "NX"])
 }
 
-/// Issue 10: in one pipeline, the commands after the release see bob's
+/// in one pipeline, the commands after the release see bob's
 /// hold, not a free lock.
 #[test]
 fn the_rest_of_the_pipeline_sees_the_waiter_hold_the_released_lock() {
@@ -85,7 +84,7 @@ fn the_rest_of_the_pipeline_sees_the_waiter_hold_the_released_lock() {
     assert_bob_holds_right_after_the_release(&replies, bob, "pipeline");
 }
 
-/// Issue 10: the same inside `MULTI`/`EXEC`.
+/// the same inside `MULTI`/`EXEC`.
 #[test]
 fn the_rest_of_the_transaction_sees_the_waiter_hold_the_released_lock() {
     let server = Server::start();
@@ -96,7 +95,7 @@ fn the_rest_of_the_transaction_sees_the_waiter_hold_the_released_lock() {
     assert_bob_holds_right_after_the_release(&replies, bob, "MULTI/EXEC");
 }
 
-/// Issue 10 (a guard: the old module passed this one too, its 0 ms timer
+/// (A guard: the old module passed this one too, its 0 ms timer
 /// firing before carol's turn): another client whose commands run right
 /// after the release sees bob's hold. Carol is blocked in `BLPOP signal` with `LOCK.INFO k`
 /// and `EXISTS k` pipelined behind it; the releasing client pushes to
@@ -138,11 +137,7 @@ fn another_client_right_after_the_release_sees_the_waiter_hold_the_lock() {
         "BLPOP: {popped:?}"
     );
     let (info, exists) = (next(), next());
-    assert_ne!(
-        info,
-        Value::Nil,
-        "carol saw k free right after the release (issue 10)"
-    );
+    assert_ne!(info, Value::Nil, "carol saw k free right after the release");
     let info = LockInfo::from_reply(&info).expect("LOCK.INFO");
     assert_eq!((info.owner.as_slice(), info.count), (&b"bob"[..], 1));
     assert_eq!(exists, Value::Int(1), "carol's EXISTS k");
@@ -220,7 +215,7 @@ fn show(unit: &[Vec<Vec<u8>>]) -> String {
         .join("; ")
 }
 
-/// Issue 10: the release and the grant reach the AOF together: from the
+/// the release and the grant reach the AOF together: from the
 /// entry that writes alice's acquisition to the one that writes bob's, every
 /// entry about `k` is inside the grant's `MULTI` … `EXEC` (or the grant
 /// alone replaces alice's hold). A replay never stops with `k` free while
@@ -274,7 +269,7 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
         .collect();
     assert!(
         between.is_empty(),
-        "the release reached the AOF apart from the grant ({}): {between:?} (issue 10)",
+        "the release reached the AOF apart from the grant ({}): {between:?}",
         show(&units[grant])
     );
     // Nothing in the grant's unit leaves k free at its end.
@@ -319,7 +314,7 @@ fn alice_holds_and_killable_bob_waits(
 /// given. Here bob is granted `k` by the release, another connection of the
 /// same owner reenters it (count 2), and bob's connection is killed before
 /// his reply goes out: the reentered hold is in use and must stay. (Found by
-/// the model checker, issue 13; before the fix the revoke deleted it.)
+/// the model checker; before the fix the revoke deleted it.)
 #[test]
 fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
     let server = Server::start();
@@ -345,7 +340,7 @@ fn a_grant_reentered_by_its_owner_is_not_taken_back_when_the_waiter_leaves() {
 /// The same, when the owner's other connection reenters and then releases
 /// once (reply 1: the owner still holds `k`): once the owner has acted on
 /// the lock, the grant to its connection that left is not taken back.
-/// (Found by the model checker, issue 13.)
+/// (Found by the model checker.)
 #[test]
 fn a_grant_its_owner_has_used_is_not_taken_back_when_the_waiter_leaves() {
     let server = Server::start();

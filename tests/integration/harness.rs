@@ -109,7 +109,7 @@ pub fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).expect("ms fit in i64")
 }
 
-/// The clock floor of a fence issued at `ms`: `ms × 2^20` (SPEC, guarantee 4).
+/// The clock floor of a fence issued at `ms`: `ms × 2^20` (fencing).
 pub fn clock_floor(ms: i64) -> i64 {
     ms << 20
 }

@@ -1,11 +1,11 @@
-//! No lock lives forever (SPEC guarantee 3; issue 10): whatever removes a
+//! No lock lives forever (no lock lives forever): whatever removes a
 //! lock key's TTL or moves it past the stored lease — `PERSIST`, `EXPIRE`,
 //! `PEXPIRE`, `EXPIREAT`, `PEXPIREAT`, `RESTORE` with ttl 0 or a longer one —
 //! the module puts the TTL back to the stored lease at once, and the lock
 //! frees at its lease end. A TTL set *shorter* than the lease is kept and
 //! ends the hold then. A lock waiting for its lease to end costs no CPU.
 //!
-//! Before issue 10 was fixed the lease lived only in the TTL: `PERSIST`
+//! Before this was fixed the lease lived only in the TTL: `PERSIST`
 //! made a lock eternal, and with a client waiting on it the lease timer
 //! fired on every turn of the event loop (about a fifth of a core).
 
@@ -37,7 +37,7 @@ fn assert_ttl_is_the_lease(c: &mut Connection, key: &str, end: i64, after: &str)
     let pttl = c.pttl(key);
     assert!(
         pttl > 0 && pttl <= LEASE_MS,
-        "after {after}, PTTL {key} is {pttl}: the lease ({LEASE_MS} ms) must be back (issue 10)"
+        "after {after}, PTTL {key} is {pttl}: the lease ({LEASE_MS} ms) must be back"
     );
     let now_end = lease_end(c, key);
     assert!(
@@ -93,7 +93,7 @@ fn queue(server: &Server, key: &str, owner: &str) -> JoinHandle<(Reply, Instant)
     waiter
 }
 
-/// Issue 10: `PERSIST`, and `EXPIRE`/`PEXPIRE`/`EXPIREAT`/`PEXPIREAT` past
+/// `PERSIST`, and `EXPIRE`/`PEXPIRE`/`EXPIREAT`/`PEXPIREAT` past
 /// the lease, are undone at once: the TTL is the stored lease again, and
 /// every lock frees at its lease end (a waiter is served then).
 #[test]
@@ -148,7 +148,7 @@ fn a_ttl_removed_or_set_past_the_lease_is_put_back_and_the_lock_frees_at_its_lea
     assert_eq!(info.held(), (b"bob".to_vec(), 1, fence));
 }
 
-/// Issue 10: a TTL set shorter than the lease is kept — an operator's way
+/// a TTL set shorter than the lease is kept — an operator's way
 /// to force a lock free — and the waiter is served when it ends.
 #[test]
 fn a_ttl_shorter_than_the_lease_is_kept_and_ends_the_hold_early() {
@@ -182,7 +182,7 @@ fn restore(c: &mut Connection, key: &str, ttl: i64, payload: &[u8], replace: boo
         .map_err(|e| crate::harness::error_text(&e).unwrap_or_else(|| panic!("RESTORE: {e}")))
 }
 
-/// Issue 10: `RESTORE` with ttl 0 (no TTL) or a longer ttl, onto a new key
+/// `RESTORE` with ttl 0 (no TTL) or a longer ttl, onto a new key
 /// or with `REPLACE`, gets the stored lease back as its TTL.
 #[test]
 fn restore_without_a_ttl_or_with_a_longer_one_gets_the_stored_lease_back() {
@@ -217,7 +217,7 @@ fn restore_without_a_ttl_or_with_a_longer_one_gets_the_stored_lease_back() {
     }
 }
 
-/// Issue 10: a lock restored without a TTL after its stored lease ended is
+/// a lock restored without a TTL after its stored lease ended is
 /// no lock: nobody holds it, and the key goes.
 #[test]
 fn restore_of_a_lock_whose_lease_has_ended_leaves_no_lock() {
@@ -257,7 +257,7 @@ fn cpu_seconds(c: &mut Connection) -> f64 {
         .sum()
 }
 
-/// Issue 10: a waiter on a `PERSIST`ed lock costs no CPU. Before the fix,
+/// a waiter on a `PERSIST`ed lock costs no CPU. Before the fix,
 /// once the lease's original end had passed, the lease timer found the key
 /// still held (no TTL) and re-fired on every event-loop turn; now the lease
 /// ends on time, the waiter is served, and the server idles.
@@ -282,7 +282,7 @@ fn a_waiter_on_a_persisted_lock_costs_no_cpu() {
     );
     assert!(
         share < 0.05,
-        "the server used {:.1}% of a core while a waiter waited (issue 10)",
+        "the server used {:.1}% of a core while a waiter waited",
         share * 100.0
     );
     // The lease did end: bob holds k.

@@ -1,11 +1,11 @@
-//! `MIGRATE` inside `MULTI` or a Lua script, with clients waiting (SPEC
-//! guarantees 5 and 9; issue 10). `cluster.rs` covers a plain `MIGRATE`;
+//! `MIGRATE` inside `MULTI` or a Lua script, with clients waiting (fair hand-off,
+//! bad input). `cluster.rs` covers a plain `MIGRATE`;
 //! here the same slot move runs inside a transaction or a script. The lock
 //! leaves the source whole: its waiters there must not be granted a lock the
 //! node no longer has; they are answered `-ASK slot host:port`, wait again on
 //! the target, and are served there. The source keeps no such key.
 //!
-//! Before issue 10 was fixed the module recognised a `MIGRATE` only as a
+//! Before this was fixed the module recognised a `MIGRATE` only as a
 //! client's own command: inside `EXEC` it took the move for a delete and
 //! handed the lock to a waiter on the source.
 //!
@@ -134,12 +134,12 @@ fn migrate_with_waiters(via: Via) {
     assert_eq!(
         reply,
         Err(format!("ASK {slot} {dst_addr}")),
-        "carol, waiting on the source when MIGRATE ran {via:?} (issue 10)"
+        "carol, waiting on the source when MIGRATE ran {via:?}"
     );
     assert_eq!(
         src.info_int("lock", "lock_held"),
         0,
-        "the source still holds a lock after MIGRATE {via:?} (issue 10)"
+        "the source still holds a lock after MIGRATE {via:?}"
     );
     assert_eq!(
         s.int(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]),
@@ -184,13 +184,13 @@ fn migrate_with_waiters(via: Via) {
     assert_eq!(src.info_int("lock", "lock_held"), 0);
 }
 
-/// Issue 10: `MULTI` / `MIGRATE` / `EXEC` with waiters on the lock.
+/// `MULTI` / `MIGRATE` / `EXEC` with waiters on the lock.
 #[test]
 fn migrate_inside_multi_redirects_waiters_to_the_target() {
     migrate_with_waiters(Via::Multi);
 }
 
-/// Issue 10 (a guard: the old module passed this one, as command filters
+/// (A guard: the old module passed this one, as command filters
 /// see a script's calls): `EVAL "return redis.call('MIGRATE', …)"` with waiters on the
 /// lock (both servers allow `MIGRATE` in scripts).
 #[test]

@@ -3,7 +3,7 @@
 //! stock and writing back `n - 1` it computed itself — a race that oversells
 //! at once without mutual exclusion. Under `LOCK.ACQUIRE … WAIT` exactly 500
 //! items sell, the stock ends at 0 and is never read below 0, and the fences,
-//! in acquisition order, rise strictly (SPEC guarantees 1, 4 and 5).
+//! in acquisition order, rise strictly (mutual exclusion, fencing, fair hand-off).
 
 use std::collections::HashSet;
 use std::io::Read;

@@ -1,4 +1,4 @@
-//! Writes paused (SPEC guarantee 5, "Writes paused"; issue 10): while the
+//! Writes paused (fair, prompt hand-off: "Writes paused"): while the
 //! server pauses writes — `CLIENT PAUSE … WRITE` or `ALL`, a `FAILOVER` waiting
 //! for its replica, a `SHUTDOWN` waiting for a lagging replica — a lease that
 //! ends with a client waiting must not take the server down, and the module
@@ -6,7 +6,7 @@
 //! served. Within a few milliseconds of the pause's end the waiter gets the
 //! lock, and the replica ends with the master's state.
 //!
-//! Before issue 10 was fixed, the lease-end timer wrote during the pause and
+//! Before this was fixed, the lease-end timer wrote during the pause and
 //! the server aborted (`db.c:191 'de != NULL'`).
 //!
 //! Each test has a master and a replica (the pause must keep the replication
@@ -92,7 +92,7 @@ fn answers_ping(server: &Server) -> bool {
 fn assert_alive(master: &mut Server, during: &str) {
     assert!(
         master.is_alive() && answers_ping(master),
-        "the master died when the lease ended during {during} (issue 10)"
+        "the master died when the lease ended during {during}"
     );
 }
 
@@ -206,14 +206,14 @@ fn lease_end_during_client_pause(mode: &str, unpause: bool) {
     assert_bob_holds_everywhere(&master, &replica, fence, ended_ms);
 }
 
-/// Issue 10: a lease that ends during `CLIENT PAUSE … WRITE` hands off only
+/// a lease that ends during `CLIENT PAUSE … WRITE` hands off only
 /// once `CLIENT UNPAUSE` lifts the pause, and at once then.
 #[test]
 fn lease_end_during_client_pause_write_hands_off_at_unpause() {
     lease_end_during_client_pause("WRITE", true);
 }
 
-/// Issue 10: the same under `CLIENT PAUSE … ALL`, which ends when it lapses.
+/// the same under `CLIENT PAUSE … ALL`, which ends when it lapses.
 #[test]
 fn lease_end_during_client_pause_all_hands_off_when_it_lapses() {
     lease_end_during_client_pause("ALL", false);
@@ -224,7 +224,7 @@ fn failover_state(master: &Server) -> String {
     master.info_field("replication", "master_failover_state")
 }
 
-/// Issue 10: `FAILOVER` pauses writes while it waits for its replica to
+/// `FAILOVER` pauses writes while it waits for its replica to
 /// catch up; a lease that ends then, with a client waiting, neither crashes
 /// the master nor hands off. When the failover times out it aborts and lifts
 /// the pause, and the waiter is served at once.
@@ -283,7 +283,7 @@ fn lease_end_during_a_failover_hands_off_once_the_failover_aborts() {
     assert_bob_holds_everywhere(&master, &replica, fence, abort_ms);
 }
 
-/// Issue 10: `SHUTDOWN` with a lagging replica pauses writes while it waits
+/// `SHUTDOWN` with a lagging replica pauses writes while it waits
 /// (up to `shutdown-timeout`); a lease that ends then neither crashes the
 /// master nor hands off; `SHUTDOWN ABORT` lifts the pause and the waiter is
 /// served at once.

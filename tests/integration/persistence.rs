@@ -1,4 +1,4 @@
-//! Durability (SPEC guarantees 4 and 7): the full state (owner, count, fence,
+//! Durability (fencing and durability and replication): the full state (owner, count, fence,
 //! lease, and the fence counter) survives RDB, AOF with and without the RDB
 //! preamble (written live and by a rewrite), `DEBUG RELOAD`, and travels with
 //! `DUMP`/`RESTORE` and `COPY`. Fences keep rising across every restart, even

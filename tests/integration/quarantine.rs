@@ -1,4 +1,4 @@
-//! The quarantine (SPEC guarantee 10; issue 11): with `lock.max-ttl` set, a
+//! The quarantine (failover and restart safety): with `lock.max-ttl` set, a
 //! node that has just started or just become a master begins no fresh hold
 //! for `lock.max-ttl` ms, so a lock it may have lost (an acquisition its
 //! replica never received, an AOF write not yet on disk) has ended before
@@ -556,7 +556,7 @@ fn cluster_failover_starts_a_quarantine_on_the_promoted_node() {
     assert_eq!(quarantine_left(r), 0);
 }
 
-/// Found by the model checker (issue 13): the promoted replica has alice's
+/// Found by the model checker: the promoted replica has alice's
 /// hold but not her release (nor the fresh hold another client then got on
 /// the old master). Alice, who released, acquires again: in quarantine
 /// `LOCK.ACQUIRE` begins no hold at all, not even a reentry of that stale

@@ -1,4 +1,4 @@
-//! Blocked-client races (SPEC guarantees 6 and 9; issue 10): no blocked
+//! Blocked-client races (cleanup and bad input): no blocked
 //! client is ever answered twice or never, and the server never crashes,
 //! when a hand-off meets `CLIENT UNBLOCK` (nil or `ERROR`) or `CLIENT KILL`
 //! in the same pipeline — with and without I/O threads, which let commands
@@ -149,7 +149,7 @@ fn race_rounds(io_threads: bool) {
             Ok(other) => panic!("{context}: bob's wait replied {other:?}"),
             Err(err) => match error_text(&err) {
                 Some(text) => Seen::Error(text),
-                None if err.is_timeout() => panic!("{context}: bob got no reply (issue 10)"),
+                None if err.is_timeout() => panic!("{context}: bob got no reply"),
                 None => Seen::Closed,
             },
         };
@@ -177,7 +177,7 @@ fn race_rounds(io_threads: bool) {
                 }
                 assert_eq!(
                     holder, None,
-                    "{context}: bob was answered {seen:?} but holds k (issue 10)"
+                    "{context}: bob was answered {seen:?} but holds k"
                 );
             }
             Seen::Closed => {
@@ -203,7 +203,7 @@ fn race_rounds(io_threads: bool) {
             assert_eq!(
                 pong.as_ref().map(crate::harness::text),
                 Ok(Some("PONG".into())),
-                "{context}: bob's PING read {pong:?}: a second reply to his wait (issue 10)"
+                "{context}: bob's PING read {pong:?}: a second reply to his wait"
             );
         } else {
             bob = None;
@@ -232,13 +232,13 @@ fn race_rounds(io_threads: bool) {
     );
 }
 
-/// Issue 10: hand-off against `CLIENT UNBLOCK`/`KILL`, one I/O thread.
+/// hand-off against `CLIENT UNBLOCK`/`KILL`, one I/O thread.
 #[test]
 fn a_hand_off_raced_by_unblock_or_kill_answers_the_waiter_once_and_truly() {
     race_rounds(false);
 }
 
-/// Issue 10: the same with `io-threads 2` and threaded reads.
+/// the same with `io-threads 2` and threaded reads.
 #[test]
 fn a_hand_off_raced_by_unblock_or_kill_answers_once_with_io_threads() {
     race_rounds(true);

@@ -1,4 +1,4 @@
-//! Replication (SPEC guarantees 4, 7 and 8): the master sends each state change
+//! Replication (fencing, durability and replication, cluster): the master sends each state change
 //! as an effect, so a replica holds exactly the master's state, lease ends
 //! included, without re-deriving anything from its own clock. A replica is
 //! read-only, counts nothing its own clients did not ask for, and once

@@ -1,4 +1,4 @@
-//! Upgrade (SPEC guarantees 3 and 7; issue 10): an RDB written by the
+//! Upgrade (no lock lives forever and durability and replication): an RDB written by the
 //! module's first encoding (version 1, where the lease lived only in the
 //! key's TTL) loads in this one. `tests/fixtures/README.md` says how the
 //! file was made: two held locks with 2^40 ms leases (one reentered), a
@@ -95,7 +95,7 @@ fn an_rdb_written_by_encoding_version_1_loads_with_its_locks_intact() {
     assert!(next > fresh);
 }
 
-/// Issue 10: the v1 lock saved with no TTL (`PERSIST`ed) is not held
+/// the v1 lock saved with no TTL (`PERSIST`ed) is not held
 /// forever once loaded: the module gives every lock a lease, or drops a
 /// lock whose lease it cannot know.
 #[test]
@@ -105,7 +105,7 @@ fn a_v1_lock_saved_without_a_ttl_is_not_held_forever_after_loading() {
     let pttl = c.pttl("persisted");
     assert_ne!(
         pttl, -1,
-        "the v1 lock `persisted` was loaded with no TTL: held forever (issue 10)"
+        "the v1 lock `persisted` was loaded with no TTL: held forever"
     );
     if pttl == -2 {
         assert_eq!(c.lock_info("persisted"), None);

@@ -1,4 +1,4 @@
-//! Blocked waiters (SPEC guarantees 5 and 6, `WAIT` in `LOCK.ACQUIRE`): a
+//! Blocked waiters (fair hand-off and cleanup, `WAIT` in `LOCK.ACQUIRE`): a
 //! waiting client is handed the lock the moment it frees, in arrival order,
 //! whatever freed it; nobody barges; a waiter that times out, is unblocked or
 //! disconnects leaves the queue and never holds the lock; `MULTI`, Lua and
