@@ -294,6 +294,48 @@ fn a_lock_restored_over_a_lock_is_waited_for_and_each_lease_end_counts_once() {
     assert_eq!(lock_int(&mut c, "expired_held"), 2, "counted again later");
 }
 
+/// An expiry time already past, on a lock or on a string written over it,
+/// frees the key at once, and the waiter is served at once, on every server —
+/// though they say it differently. Valkey deletes the key in that command
+/// and sends `expired`; Redis sends `del` for `PEXPIRE` and, for `SET … PXAT`,
+/// `set` and `expire`, keeping the expired string until a read finds it.
+/// The module's own read on `expire` is that read: on Redis 7.0 it deleted
+/// the string inside the module's notification callback, whose nested
+/// `expired` the server does not send back to the module, and the waiter
+/// was never served.
+///
+/// `lock_expired_held` follows the server's word: an `expired` right after
+/// the lock leaves is how a lease end looks to the module, so Valkey's counts
+/// (though no lease ended), Redis's `del` does not.
+#[test]
+fn an_expiry_time_already_past_frees_the_key_for_its_waiter_at_once() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let kind = Kind::of(&mut c);
+    let past: [(&str, &[&str]); 2] = [
+        (
+            "SET … PXAT past over the lock",
+            &["SET", "k", "v", "PXAT", "1"],
+        ),
+        ("PEXPIRE past on the lock", &["PEXPIRE", "k", "-1"]),
+    ];
+    for (round, (how, command)) in past.into_iter().enumerate() {
+        let context = format!("{} {how}", kind.name());
+        let alice = c.acquire("k", "alice", LONG).expect("free");
+        let bob = bob_waits(&server, "k");
+        let _: Value = c.value(command);
+        wait_until(&format!("{context}: bob is served"), SOON, || {
+            bob.is_finished()
+        });
+        let fence = handed_fence(bob, &context);
+        assert!(fence > alice, "{context}");
+        assert_eq!(c.lock_info("k").map(|i| i.owner), Some(b"bob".to_vec()));
+        let counted = if kind.valkey { round as i64 + 1 } else { 0 };
+        assert_eq!(lock_int(&mut c, "expired_held"), counted, "{context}");
+        assert_eq!(c.int(&["LOCK.RELEASE", "k", "bob"]), 0, "{context}");
+    }
+}
+
 /// What each server publishes when a lock is created, replaced by a string,
 /// that string replaced, and the key deleted, with every class it has on.
 /// Redis 8.2 alone knows classes `o` and `c`; the others refuse them as
