@@ -13,10 +13,14 @@
 //! - Redis 8.2 and Valkey 9.1 expire hash fields, and delete a hash when its
 //!   last field goes; Redis also when a read finds the field expired, Valkey
 //!   only in its expiry cycle.
+//! - An expiry time already past: Valkey deletes the key at once and says
+//!   `expired`; Redis says `del`, or (`SET … PXAT`) `set` and `expire` and
+//!   keeps the expired string for the next read.
 //! - Redis 7.2+ and Valkey run a module's post-notification jobs right after
 //!   the command; Redis 7.0 has none, and the module uses a 0 ms timer.
-//! - A `CLIENT UNBLOCK` that meets a client the module has just granted: see
-//!   the module docs of `src/ffi/waiting.rs`.
+//! - A `CLIENT UNBLOCK` that meets a client the module has just granted
+//!   reaches the module by different paths (see the module docs of
+//!   `src/ffi/waiting.rs`), with the same outcome on all four.
 
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
