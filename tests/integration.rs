@@ -90,6 +90,12 @@ mod races;
 /// a promoted replica keeps fences rising.
 #[path = "integration/replication.rs"]
 mod replication;
+/// What differs between Redis 7.0, Valkey 8.1, Redis 8.2 and Valkey 9.1:
+/// a lock replaced by another type and the notifications each sends,
+/// conditional deletes, hash-field expiry, when a hand-off after `DEL` runs,
+/// and `CLIENT UNBLOCK` right after a grant.
+#[path = "integration/servers.rs"]
+mod servers;
 /// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
 /// with its locks intact, and none is held forever.
 #[path = "integration/upgrade.rs"]

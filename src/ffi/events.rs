@@ -7,8 +7,9 @@
 //! or `restore` of a lock to [`waiting::ttl_changed`]; callbacks must not
 //! write, so the work runs right after the command (see `waiting`). (2)
 //! Redis tells a data type that a key left the keyspace (`unlink2`) but not
-//! why; the `expired` notification that follows tells why: pairing the two
-//! counts leases that ended while held. (3) At the end of loading, the fence
+//! why; an `expired` notification that follows at once, with no other event
+//! about the key between, tells why: pairing the two counts leases that
+//! ended while held. (3) At the end of loading, the fence
 //! counter is re-based on the clock (see [`on_server_event`]).
 
 use std::cell::{Cell, RefCell};
@@ -45,7 +46,7 @@ pub fn lock_unlinked(db: c_int, name: &[u8]) {
     });
 }
 
-/// Whether the key just unlinked was a lock (and forgets it).
+/// Whether the key just unlinked was `name` in `db` (and forgets it then).
 fn take_unlinked(db: c_int, name: &[u8]) -> bool {
     LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
         let hit = *last_db == db && last_name == name && now_ms().saturating_sub(*at) <= 1;
@@ -59,10 +60,15 @@ fn take_unlinked(db: c_int, name: &[u8]) -> bool {
 /// Subscribes to what the module needs to hear. Called once at load.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
     // Only the classes that report a key leaving: `del` (DEL, UNLINK,
-    // GETDEL, MIGRATE, a container's last element popped), `rename_from`,
-    // `move_from` (all generic), `expired` and `evicted`. A write that keeps
-    // the key (a SET over a lock) does not free it, and every class heard is
-    // a cost paid by every such write on the server, module data or not.
+    // GETDEL, MIGRATE, a container's last element popped, a hash's last
+    // field expired, Valkey's DELIFEQ), `rename_from`, `move_from` (all
+    // generic), `expired` and `evicted`; the generic class also says when a
+    // lock arrives (`restore`, `copy_to`, `rename_to`, `move_to`). A write
+    // that keeps the key (a SET over a lock) does not free it, and every
+    // class heard is a cost paid by every such write on the server, module
+    // data or not. So neither `new` nor Redis 8.2's `overwritten` and
+    // `type_changed` (classes of their own): a key created or replaced never
+    // frees a lock, and the other servers do not send the last two.
     let types = raw::REDISMODULE_NOTIFY_GENERIC
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED;
@@ -117,7 +123,12 @@ fn keyspace_event(
             raw::RedisModule_GetSelectedDb.map_or(-1, |f| f(ctx)),
         )
     };
-    if event == b"expired" && take_unlinked(db, name) {
+    // Any event about the key consumes what its lock's unlink left: a lease
+    // that ends unlinks the lock and says `expired` next, nothing between.
+    // Another event first (`expire` after a `SET … PX` over the lock, `del`,
+    // `rename_to`…) means the lock left some other way, and an `expired`
+    // after it is about the value that replaced the lock.
+    if take_unlinked(db, name) && event == b"expired" {
         stats::EXPIRED_HELD.incr();
     }
     if waiting::serving_inline() {
@@ -126,6 +137,14 @@ fn keyspace_event(
     if TTL_EVENTS.contains(&event) {
         if is_lock(ctx, key) {
             waiting::ttl_changed(ctx, LockName::new(db, name));
+        } else if waiting::anyone_waiting() {
+            // Not a lock (any more): another value, or nothing. Reading the
+            // key may itself have deleted it: Redis 7.0 expires a key a
+            // read finds past its TTL (`SET … PXAT` in the past sends
+            // `expire` first), and does not send the `expired` that follows
+            // to the module whose callback caused it. Its waiters are served
+            // if the key is gone, or wait on for the other value.
+            waiting::freed_by_event(ctx, LockName::new(db, name));
         }
         return;
     }

@@ -12,7 +12,10 @@
 //!   command and for replicas. A lock freed by another command is reported
 //!   by a keyspace notification or a server event; notification callbacks
 //!   must not write, so the pump runs as a post-notification job where the
-//!   server has them (Redis 7.2+, Valkey) and as a 0 ms timer otherwise.
+//!   server has them (Redis 7.2+, Valkey), right after the command, and as
+//!   a 0 ms timer otherwise — and also there, for a notification sent
+//!   outside any command, after which the server runs no job (see
+//!   [`arm_pump`]).
 //! - While the server pauses writes (`CLIENT PAUSE`, `FAILOVER`, `SHUTDOWN`
 //!   waiting for replicas) the module writes nothing on its own
 //!   (`RedisModule_AvoidReplicaTraffic`): the engine keeps the work and a
@@ -25,9 +28,11 @@
 //!   client stays blocked ([`DEFERRED`]) until the server's before-sleep
 //!   event, which Redis fires right before it writes module replies; a
 //!   `CLIENT UNBLOCK` before that reaches our unblock callback, which
-//!   answers the fence itself. Newer servers (Redis 7.2+, Valkey) ignore a
-//!   `CLIENT UNBLOCK` of a client a module has unblocked, so it is unblocked
-//!   at once there.
+//!   answers the fence itself. Newer servers (Redis 7.2+, Valkey) leave a
+//!   client a module has unblocked to its reply — a plain `CLIENT UNBLOCK`
+//!   of it replies 1 and changes nothing; with `ERROR` the client gets the
+//!   error, and the disconnect callback takes the grant back — so it is
+//!   unblocked at once there.
 //!
 //! All of this runs on the server's main thread. The engine lives in a
 //! thread-local `RefCell`; no borrow is held across a call into Redis, since
@@ -506,19 +511,22 @@ fn pump(ctx: &Context) {
 }
 
 /// Arms the pump: a post-notification job when asked and the server has
-/// them (it then runs right after the command that caused the event), else
-/// a 0 ms timer (before the server next reads from clients).
+/// them (it then runs right after the command that caused the event), and
+/// a 0 ms timer (it runs once the server is back in its event loop).
+///
+/// The timer backs the job up. A job runs when the server ends the unit of
+/// work that notified, and not every notification comes from one: Redis 8.2
+/// deletes a hash whose last field expired from its expiry cycle, notifying
+/// `del` with no job run after it, so the job — and the waiter's hand-off —
+/// would wait for whatever command came next. Whichever of the two runs
+/// first pumps; the other finds nothing to do.
 fn arm_pump(ctx: *mut raw::RedisModuleCtx, from_command: bool) {
     if from_command {
-        // SAFETY: a live context inside a notification or event of a command;
-        // the job takes no data.
-        let added = unsafe {
-            raw::RedisModule_AddPostNotificationJob.map_or(raw::Status::Err as c_int, |f| {
-                f(ctx, Some(pump_job_cb), ptr::null_mut(), None)
-            })
-        };
-        if added == raw::Status::Ok as c_int {
-            return;
+        // SAFETY: a live context inside a notification or event; the job
+        // takes no data.
+        unsafe {
+            raw::RedisModule_AddPostNotificationJob
+                .map(|f| f(ctx, Some(pump_job_cb), ptr::null_mut(), None));
         }
     }
     create_timer(ctx, 0, pump_timer_cb, ptr::null_mut());
