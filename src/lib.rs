@@ -49,7 +49,7 @@ mod registration {
             return Status::Err;
         }
         ffi::register_info(ctx.ctx);
-        ffi::events::note_cluster_mode(ctx);
+        ffi::note_cluster_mode(ctx);
         match ffi::events::subscribe(ctx).and_then(|()| ffi::propagation::watch(ctx)) {
             Ok(()) => Status::Ok,
             Err(why) => {

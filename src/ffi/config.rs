@@ -16,7 +16,7 @@ use std::time::Instant;
 use redis_module::{raw, Context};
 
 use crate::args::MAX_MS;
-use crate::ffi::{create_timer, guard, waiting};
+use crate::ffi::{create_timer, guard};
 use crate::handoff::Gate;
 use crate::quarantine::{Cause, Mode, Quarantine};
 
@@ -149,9 +149,7 @@ extern "C" fn set_max_ttl(
 ) -> c_int {
     // The server has checked the range (0..=2^40) already.
     guard("config set", (), || {
-        let max_ttl = u64::try_from(value).unwrap_or(0);
-        MAX_TTL.store(max_ttl, Relaxed);
-        waiting::cap_leases(max_ttl);
+        MAX_TTL.store(u64::try_from(value).unwrap_or(0), Relaxed);
     });
     raw::Status::Ok as c_int
 }

@@ -7,6 +7,7 @@
 //! when the two disagree (no lock lives forever).
 
 use std::alloc::{self, Layout};
+use std::cell::RefCell;
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
-use crate::ffi::{events, guard};
+use crate::ffi::{guard, now_ms};
 use crate::lock::Hold;
 use crate::{fence, stats};
 
@@ -308,8 +309,9 @@ extern "C" fn free(value: *mut c_void) {
     guard("free", (), || unsafe { StoredLock::free_raw(value) });
 }
 
-/// A lock key leaves the keyspace (DEL, expiry, eviction, overwrite…): tell
-/// the event tracker which, so it can tell a lease end from other deletions.
+/// A lock key leaves the keyspace (DEL, expiry, eviction, overwrite…): note
+/// which, so that the keyspace events can tell a lease end from other
+/// deletions ([`take_unlinked`]).
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
     guard("unlink2", (), || {
         // SAFETY: Redis passes a live option context for this call.
@@ -319,7 +321,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
             (name, db)
         };
         if !name.is_null() {
-            events::lock_unlinked(db, RedisString::string_as_slice(name));
+            lock_unlinked(db, RedisString::string_as_slice(name));
         }
     });
 }
@@ -355,5 +357,40 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
             }
             Err(_) => raw::Status::Err as c_int,
         }
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Which lock key left last, for the `expired` notification that may follow.
+// ---------------------------------------------------------------------------
+
+thread_local! {
+    /// The last lock key unlinked (db, name), on the main thread. Its buffer
+    /// is reused, so tracking costs no allocation per deletion.
+    /// When (unix ms) is kept too: Redis sends `expired` right after the
+    /// unlink, so an older entry (a lock a SET overwrote, which the module
+    /// hears nothing more of) never matches a later expiry of that key.
+    static LAST_UNLINKED: RefCell<(c_int, Vec<u8>, u64)> = const { RefCell::new((-1, Vec::new(), 0)) };
+
+}
+
+/// Records the lock key `unlink2` saw leave (main thread).
+fn lock_unlinked(db: c_int, name: &[u8]) {
+    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
+        *last_db = db;
+        last_name.clear();
+        last_name.extend_from_slice(name);
+        *at = now_ms();
+    });
+}
+
+/// Whether the key just unlinked was `name` in `db` (and forgets it then).
+pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
+    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
+        let hit = *last_db == db && last_name == name && now_ms().saturating_sub(*at) <= 1;
+        if hit {
+            *last_db = -1;
+        }
+        hit
     })
 }

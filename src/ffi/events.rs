@@ -12,49 +12,22 @@
 //! ended while held. (3) At the end of loading, the fence
 //! counter is re-based on the clock (see [`on_server_event`]).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
-use std::ptr::{self, NonNull};
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::{config, datatype};
-use crate::ffi::{context_flags, create_timer, guard, now_ms, waiting};
+use crate::ffi::{config, datatype, upgrade};
+use crate::ffi::{guard, now_ms, waiting};
 use crate::queue::LockName;
 use crate::{fence, stats};
 
 thread_local! {
     /// Whether the load under way is the server's own AOF.
     static LOADING_AOF: Cell<bool> = const { Cell::new(false) };
-    /// The last lock key unlinked (db, name), on the main thread. Its buffer
-    /// is reused, so tracking costs no allocation per deletion.
-    /// When (unix ms) is kept too: Redis sends `expired` right after the
-    /// unlink, so an older entry (a lock a SET overwrote, which the module
-    /// hears nothing more of) never matches a later expiry of that key.
-    static LAST_UNLINKED: RefCell<(c_int, Vec<u8>, u64)> = const { RefCell::new((-1, Vec::new(), 0)) };
-}
-
-/// Called from the data type's `unlink2` callback (main thread).
-pub fn lock_unlinked(db: c_int, name: &[u8]) {
-    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
-        *last_db = db;
-        last_name.clear();
-        last_name.extend_from_slice(name);
-        *at = now_ms();
-    });
-}
-
-/// Whether the key just unlinked was `name` in `db` (and forgets it then).
-fn take_unlinked(db: c_int, name: &[u8]) -> bool {
-    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
-        let hit = *last_db == db && last_name == name && now_ms().saturating_sub(*at) <= 1;
-        if hit {
-            *last_db = -1;
-        }
-        hit
-    })
 }
 
 /// Subscribes to what the module needs to hear. Called once at load.
@@ -128,7 +101,7 @@ fn keyspace_event(
     // Another event first (`expire` after a `SET … PX` over the lock, `del`,
     // `rename_to`…) means the lock left some other way, and an `expired`
     // after it is about the value that replaced the lock.
-    if take_unlinked(db, name) && event == b"expired" {
+    if datatype::take_unlinked(db, name) && event == b"expired" {
         stats::EXPIRED_HELD.incr();
     }
     if waiting::serving_inline() {
@@ -164,23 +137,6 @@ fn is_lock(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) -> b
     let key = LockKey::open(&context, &name, Access::Read);
     let found = matches!(key.stored(), Ok(Some(_)));
     found
-}
-
-/// Whether the server runs in cluster mode.
-pub fn cluster_mode() -> bool {
-    CLUSTER_MODE.get()
-}
-
-/// Notes whether the server runs in cluster mode (at module load).
-pub fn note_cluster_mode(ctx: &Context) {
-    let flags = context_flags(ctx.ctx);
-    CLUSTER_MODE.set(flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0);
-}
-
-thread_local! {
-    /// Whether the server runs in cluster mode: only there can a lock's key
-    /// live on another node (see `waiting::serve`).
-    static CLUSTER_MODE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Flush, swap-db and end of loading: any lock with waiters may be free now.
@@ -230,7 +186,7 @@ fn server_event(
             }
             config::loading_ended();
             if datatype::V1_LOADED.swap(0, Relaxed) > 0 {
-                create_timer(ctx, 0, upgrade_cb, ptr::null_mut());
+                upgrade::schedule(ctx);
             }
             (vec![None], false)
         }
@@ -239,101 +195,4 @@ fn server_event(
     for db in dbs {
         waiting::freed_db(ctx, db, in_command);
     }
-}
-
-// ---------------------------------------------------------------------------
-// Upgrading locks loaded from encoding version 1.
-// ---------------------------------------------------------------------------
-
-/// Runs the upgrade pass once loading is over (a timer, so that what it
-/// deletes is replicated and written to the AOF like any change).
-extern "C" fn upgrade_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard("upgrade of version 1 locks", (), || {
-        upgrade_v1_locks(&Context::new(ctx));
-    });
-}
-
-/// Version 1 kept a lock's lease only as its key's TTL. Each such lock
-/// adopts its TTL as its stored lease; one with no TTL (a `PERSIST` under
-/// the old module) never had a lease and is deleted: every hold has one.
-fn upgrade_v1_locks(ctx: &Context) {
-    if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
-        return; // the master upgrades, and replicates what it deletes
-    }
-    let mut found: Vec<(i32, Vec<u8>)> = Vec::new();
-    let mut db = 0;
-    // SAFETY: a live context; SelectDb fails past the last database; the
-    // scan's callback only reads the key it is given and pushes into `found`,
-    // which outlives the scan.
-    unsafe {
-        let (Some(select), Some(create), Some(scan), Some(destroy)) = (
-            raw::RedisModule_SelectDb,
-            raw::RedisModule_ScanCursorCreate,
-            raw::RedisModule_Scan,
-            raw::RedisModule_ScanCursorDestroy,
-        ) else {
-            return;
-        };
-        while select(ctx.ctx, db) == raw::Status::Ok as c_int {
-            let cursor = create();
-            let mut batch: Vec<Vec<u8>> = Vec::new();
-            let data = ptr::addr_of_mut!(batch).cast::<c_void>();
-            while scan(ctx.ctx, cursor, Some(collect_v1), data) != 0 {}
-            destroy(cursor);
-            found.extend(batch.into_iter().map(|name| (db, name)));
-            db += 1;
-        }
-    }
-    let (mut adopted, mut deleted) = (0, 0);
-    for (db, name) in found {
-        // SAFETY: a live context.
-        unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx.ctx, db)) };
-        let key_name = RedisString::create_from_slice(ctx.ctx, &name);
-        let mut key = LockKey::open_in_timer(ctx, &key_name);
-        match key.expires_at() {
-            Some(ttl) => {
-                key.adopt_lease(ttl);
-                adopted += 1;
-            }
-            None => {
-                key.delete();
-                deleted += 1;
-            }
-        }
-    }
-    ctx.log_notice(&format!(
-        "lock: upgraded encoding version 1 locks: {adopted} adopted their TTL as lease, \
-         {deleted} without a TTL (no lease) deleted"
-    ));
-}
-
-/// Scan callback: collects the names of lock keys with no stored lease.
-extern "C" fn collect_v1(
-    _ctx: *mut raw::RedisModuleCtx,
-    keyname: *mut raw::RedisModuleString,
-    key: *mut raw::RedisModuleKey,
-    data: *mut c_void,
-) {
-    guard("upgrade scan", (), || {
-        // SAFETY: Redis passes the scanned key opened for reading and the
-        // `Vec` given to RedisModule_Scan, alive for the scan.
-        unsafe {
-            let is_lock = !key.is_null()
-                && raw::RedisModule_ModuleTypeGetType.map_or(ptr::null_mut(), |f| f(key))
-                    == datatype::raw_type();
-            if !is_lock {
-                return;
-            }
-            let value = raw::RedisModule_ModuleTypeGetValue
-                .map_or(ptr::null_mut(), |f| f(key))
-                .cast::<datatype::StoredLock>();
-            if value
-                .as_ref()
-                .is_some_and(|v| v.lease == datatype::LEASE_UNKNOWN)
-            {
-                let batch = &mut *data.cast::<Vec<Vec<u8>>>();
-                batch.push(RedisString::string_as_slice(keyname).to_vec());
-            }
-        }
-    });
 }

@@ -11,6 +11,7 @@ pub mod datatype;
 pub mod events;
 pub mod key;
 pub mod propagation;
+pub mod upgrade;
 pub mod waiting;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -18,7 +19,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 
-use redis_module::{logging, raw, RedisString};
+use std::cell::Cell;
+
+use redis_module::{logging, raw, Context, RedisString};
 
 use crate::error::LockError;
 use crate::{fence, stats};
@@ -148,4 +151,21 @@ impl<'a> Args<'a> {
         let key = *self.strings.get(1).ok_or(LockError::WrongArity)?;
         Ok(RedisString::new(NonNull::new(self.ctx), key))
     }
+}
+
+/// Whether the server runs in cluster mode.
+pub fn cluster_mode() -> bool {
+    CLUSTER_MODE.get()
+}
+
+/// Notes whether the server runs in cluster mode (at module load).
+pub fn note_cluster_mode(ctx: &Context) {
+    let flags = context_flags(ctx.ctx);
+    CLUSTER_MODE.set(flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0);
+}
+
+thread_local! {
+    /// Whether the server runs in cluster mode: only there can a lock's key
+    /// live on another node (see `waiting::serve`).
+    static CLUSTER_MODE: Cell<bool> = const { Cell::new(false) };
 }

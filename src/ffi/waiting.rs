@@ -47,7 +47,7 @@ use std::ptr::{self, NonNull};
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::ffi::key::{Access, Lease, LockKey};
-use crate::ffi::{config, events};
+use crate::ffi::{self, config};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
@@ -339,7 +339,7 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
             until: key.expires_at(),
         },
     };
-    if seen == Key::Free && events::cluster_mode() {
+    if seen == Key::Free && ffi::cluster_mode() {
         // A cluster slot migration may have moved the lock to another node:
         // its waiters follow it there instead of being granted it here.
         if let Some(error) = moved_to(ctx, &name.key) {
@@ -347,7 +347,12 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
             return redirect(ctx.ctx, name, &error);
         }
     }
-    match with(|e| e.serve(name, seen, now, Gate::Open)) {
+    // A client that waited gets at most the `lock.max-ttl` in force now.
+    let cap = Some(config::max_ttl()).filter(|&max| max > 0);
+    match with(|e| {
+        e.cap_leases(cap);
+        e.serve(name, seen, now, Gate::Open)
+    }) {
         Serve::Wait(timer) => arm_lease_check(ctx.ctx, timer),
         Serve::Deferred { .. } => {}
         Serve::Grant(grant) => hand_over(ctx, &mut key, name, grant, now),
@@ -780,12 +785,6 @@ pub fn owner_active(ctx: &Context, key: &RedisString, owner: &[u8]) {
         let name = lock_name(ctx, key);
         with(|e| e.owner_active(&name, owner));
     }
-}
-
-/// `lock.max-ttl` is now `max_ttl` (0: none): clients already waiting get at
-/// most that lease when they are granted.
-pub fn cap_leases(max_ttl: u64) {
-    with(|e| e.cap_leases((max_ttl > 0).then_some(max_ttl)));
 }
 
 fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<Outcome>) {
