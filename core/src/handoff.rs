@@ -156,7 +156,10 @@ pub struct Engine<H> {
     pump_armed: bool,
     /// The pause retry timer is armed.
     retry_armed: bool,
-    /// Earliest armed lease check per lock.
+    /// Earliest armed lease check per lock. An entry stays until its timer
+    /// fires, even when the lock's queue empties: the timer is still armed,
+    /// so a client that parks behind the next holder needs no new one (a
+    /// check that finds nobody waiting costs nothing).
     lease_checks: HashMap<LockName, u64>,
     in_flight: HashMap<u64, InFlight>,
 }
@@ -374,7 +377,6 @@ impl<H> Engine<H> {
         let then = if self.queues.has_waiters(name) {
             self.arm_lease_check(name.clone(), until, now)
         } else {
-            self.lease_checks.remove(name);
             None
         };
         Serve::Grant(Grant {
@@ -413,10 +415,7 @@ impl<H> Engine<H> {
     /// Client `id` stops waiting at its deadline or by `CLIENT UNBLOCK`:
     /// its waiter, if it still waits.
     pub fn leave(&mut self, id: u64) -> Option<Waiter<H>> {
-        let (name, waiter) = self.queues.remove(id)?;
-        if !self.queues.has_waiters(&name) {
-            self.lease_checks.remove(&name);
-        }
+        let (_, waiter) = self.queues.remove(id)?;
         Some(waiter)
     }
 
@@ -444,7 +443,6 @@ impl<H> Engine<H> {
         while let Some((_, waiter)) = self.queues.pop(name) {
             out.push(waiter);
         }
-        self.lease_checks.remove(name);
         out
     }
 
@@ -696,6 +694,29 @@ mod tests {
         let work = e.take_pending();
         assert_eq!(e.defer(work, 2), Some(2));
         assert!(!e.ttl_changed(name("a")));
+    }
+
+    #[test]
+    fn a_check_still_armed_is_not_armed_again_when_the_queue_refills() {
+        let mut e = Engine::default();
+        // Bob waits behind a hold that runs through NOW + 50.
+        let armed = e.park(name("k"), 1, waiter(1), Some(NOW + 50), NOW);
+        assert_eq!(armed.ok().flatten().map(|t| t.at), Some(NOW + 51));
+        // Released early: bob is handed the lock; the queue is empty, the
+        // timer still armed.
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+        assert_eq!((g.until, g.then), (NOW + 100, None));
+        // Someone waits behind bob: the armed check comes first and will
+        // look at the lock, so no second timer.
+        let again = e.park(name("k"), 2, waiter(2), Some(g.until), NOW);
+        assert_eq!(again.ok().flatten(), None);
+        // When it fires, bob still holds it: the check moves to his lease end.
+        e.lease_check_fired(&name("k"), NOW + 51);
+        let held = Key::Held { until: g.until };
+        match e.serve(&name("k"), held, NOW + 51, Gate::Open) {
+            Serve::Wait(timer) => assert_eq!(timer.map(|t| t.at), Some(g.until + 1)),
+            other => panic!("expected a wait, got {other:?}"),
+        }
     }
 
     #[test]
