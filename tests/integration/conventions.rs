@@ -376,7 +376,7 @@ fn command_docs_describe_every_command_and_its_arguments() {
 fn listed(c: &mut Connection, category: &str) -> Option<Vec<String>> {
     match c.call(&["ACL", "CAT", category]) {
         Ok(value) => {
-            let names: Vec<String> = redis::from_redis_value(&value).expect("names");
+            let names: Vec<String> = redis::from_redis_value(value.clone()).expect("names");
             let mut ours: Vec<String> = names
                 .into_iter()
                 .filter(|name| name.starts_with("lock."))
@@ -481,7 +481,7 @@ fn only_lock_acquire_may_block_and_every_other_public_command_is_fast() {
         let Some(Value::Array(info)) = commands.first() else {
             panic!("COMMAND INFO {name}: {commands:?}");
         };
-        let flags: Vec<String> = redis::from_redis_value(&info[2]).expect("flags");
+        let flags: Vec<String> = redis::from_redis_value(info[2].clone()).expect("flags");
         assert!(
             flags.iter().any(|f| f == has),
             "{name} lacks {has}: {flags:?}"

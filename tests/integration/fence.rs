@@ -122,7 +122,7 @@ fn fence_is_a_write_with_its_key_at_position_one() {
         panic!("COMMAND INFO lock.fence: {info:?}");
     };
     assert_eq!(fields[3..6], [Value::Int(1), Value::Int(1), Value::Int(1)]);
-    let flags: Vec<String> = redis::from_redis_value(&fields[2]).expect("flags");
+    let flags: Vec<String> = redis::from_redis_value(fields[2].clone()).expect("flags");
     assert!(flags.iter().any(|f| f == "write"), "flags {flags:?}");
     assert!(!flags.iter().any(|f| f == "denyoom"), "flags {flags:?}");
 }

@@ -749,7 +749,7 @@ pub trait Call {
     fn value<T: redis::FromRedisValue, A: ToRedisArgs>(&mut self, args: A) -> T {
         let shown = show_args(&args);
         match self.call(args) {
-            Ok(value) => redis::from_redis_value(&value)
+            Ok(value) => redis::from_redis_value(value.clone())
                 .unwrap_or_else(|e| panic!("{shown}: unexpected reply {value:?}: {e}")),
             Err(err) => panic!("{shown}: error {err}"),
         }
