@@ -6,101 +6,77 @@
 //! built first: `cargo build --release` (`make test` does it), or point
 //! `LOCK_MODULE` at another build. A failing test prints its servers' logs.
 //!
-//! The areas live in `tests/integration/`; `#[path]` puts them there, as a
-//! test crate's root would otherwise look for them beside itself.
+//! The areas live beside this file, one `mod` each.
 
 // The harness serves every area, including ones that use only part of it.
 #[allow(dead_code)]
-#[path = "integration/harness.rs"]
 mod harness;
 
 /// Redis Cluster: routing by key, hash tags, slot migration with locks held
 /// and clients waiting, and failover of a master to its replica.
-#[path = "integration/cluster.rs"]
 mod cluster;
-/// Every reply of the five commands, fencing, and the decided corner cases.
-#[path = "integration/commands.rs"]
+/// Every reply of the commands, fencing, and the decided corner cases.
 mod commands;
 /// The module configs `lock.max-ttl` and `lock.quarantine`: set
 /// at run time, in redis.conf, on the command line and by `MODULE LOADEX`;
 /// bad values refused; the cap on every `ttl-ms`.
-#[path = "integration/config.rs"]
 mod config;
 /// What the server knows about each command: key specs (the ACL key
 /// permission each needs), docs, ACL categories and the module's version.
-#[path = "integration/conventions.rs"]
 mod conventions;
 /// The release tarball (`make dist`): one folder, checksums that verify,
 /// the same bytes from the same inputs, and its module loaded from
 /// redis.conf, the command line and `MODULE LOAD`.
-#[path = "integration/dist.rs"]
 mod dist;
 /// Bad input (the order of checks): each error, the order of checks, and that an error
 /// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
-#[path = "integration/errors.rs"]
 mod errors;
 /// Sentinel-style promotion of a plain replica (`REPLICAOF NO ONE`): locks,
 /// fences and waiters on the new master.
-#[path = "integration/failover.rs"]
 mod failover;
 /// `LOCK.FENCE`: raising a hold's fence and the server's counter,
 /// its errors in order, replication and persistence.
-#[path = "integration/fence.rs"]
 mod fence;
 /// Thousands of random argument vectors: the server answers each and survives.
-#[path = "integration/fuzz.rs"]
 mod fuzz;
 /// A release with waiters hands over inside the command: no later
 /// command sees the lock free; release and grant reach the AOF together.
-#[path = "integration/handoff.rs"]
 mod handoff;
 /// The `INFO lock` section: gauges and counters.
-#[path = "integration/info.rs"]
 mod info;
 /// No lock lives forever: `PERSIST`, `EXPIRE` past the lease and
 /// `RESTORE` without a TTL are undone; a lock waiting to end costs no CPU.
-#[path = "integration/lease.rs"]
 mod lease;
 /// `MIGRATE` inside `MULTI` or a Lua script with clients waiting:
 /// the waiters follow the lock to the target, none is granted on the source.
-#[path = "integration/migrate.rs"]
 mod migrate;
 /// The oversell test: 16 worker processes (`examples/oversell_worker.rs`)
 /// sell a stock of 500 under the lock; not one item more.
-#[path = "integration/oversell.rs"]
 mod oversell;
 /// Writes paused: a lease that ends during `CLIENT PAUSE`, a
 /// `FAILOVER` or a `SHUTDOWN` waiting for a replica hands off only after it.
-#[path = "integration/pause.rs"]
 mod pause;
 /// RDB, AOF (with and without the RDB preamble), `DEBUG RELOAD`, `DUMP`/`RESTORE`,
 /// `COPY`, and restarts with persistence off.
-#[path = "integration/persistence.rs"]
 mod persistence;
 /// The quarantine: no fresh hold for `lock.max-ttl` ms after a
 /// start or a promotion; a lock lost in a failover or a crash is not given
 /// to a second holder before its lease ends.
-#[path = "integration/quarantine.rs"]
 mod quarantine;
 /// Blocked-client races: a hand-off against `CLIENT UNBLOCK` or
 /// `CLIENT KILL` in the same pipeline, with and without I/O threads.
-#[path = "integration/races.rs"]
 mod races;
 /// Master and replica hold the same state; a read-only replica refuses writes;
 /// a promoted replica keeps fences rising.
-#[path = "integration/replication.rs"]
 mod replication;
 /// What differs between Redis 7.0, Valkey 8.1, Redis 8.2 and Valkey 9.1:
 /// a lock replaced by another type and the notifications each sends,
 /// conditional deletes, hash-field expiry, when a hand-off after `DEL` runs,
 /// and `CLIENT UNBLOCK` right after a grant.
-#[path = "integration/servers.rs"]
 mod servers;
 /// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
 /// with its locks intact, and none is held forever.
-#[path = "integration/upgrade.rs"]
 mod upgrade;
 /// Blocked waiters (`LOCK.ACQUIRE … WAIT`): FIFO hand-off on every way a lock
 /// frees, no barging, timeouts, unblock and disconnect, replication, reloads.
-#[path = "integration/waiting.rs"]
 mod waiting;
