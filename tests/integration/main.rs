@@ -28,8 +28,8 @@ mod conventions;
 /// the same bytes from the same inputs, and its module loaded from
 /// redis.conf, the command line and `MODULE LOAD`.
 mod dist;
-/// Bad input (the order of checks): each error, the order of checks, and that an error
-/// changes nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
+/// Bad input: each error, the order of checks, and that an error changes
+/// nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 mod errors;
 /// Sentinel-style promotion of a plain replica (`REPLICAOF NO ONE`): locks,
 /// fences and waiters on the new master.
