@@ -53,6 +53,11 @@ FILE *fopen64(const char *path, const char *mode) {
 }
 "#;
 
+/// A directory to keep every counted run's callgrind dump in, named after
+/// the figure (`callgrind_annotate <file>` shows where the instructions
+/// went); unset, dumps are deleted once read.
+pub const INSTR_DUMPS: &str = "INSTR_DUMPS";
+
 /// The seed's name in the environment: a number, 1 if unset.
 pub const INSTR_SEED: &str = "INSTR_SEED";
 
@@ -143,12 +148,21 @@ pub struct VgServer {
     /// Callgrind's output file; dump `k` is written to `<out>.<k>`.
     out: PathBuf,
     dumps: usize,
+    /// What it measures, for the names of kept dumps.
+    name: String,
 }
 
 impl VgServer {
     /// Starts a server in `dir` on a free loopback port, with the module at
     /// `module` loaded or not, the AOF on or off, and waits until it answers.
-    pub fn start(dir: &Path, setup: Setup, module: &Path, seed: &Seed) -> Res<VgServer> {
+    /// `name` says what it will measure (see [`INSTR_DUMPS`]).
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        setup: Setup,
+        module: &Path,
+        seed: &Seed,
+    ) -> Res<VgServer> {
         fs::create_dir_all(dir)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -202,6 +216,10 @@ impl VgServer {
             child,
             out,
             dumps: 0,
+            name: name
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                .collect(),
         };
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -258,7 +276,12 @@ impl VgServer {
             .find_map(|l| l.strip_prefix("totals:"))
             .and_then(|v| v.trim().parse().ok())
             .ok_or_else(|| format!("callgrind dump {} has no totals line", file.display()))?;
-        // The dumps are large; only the total matters.
+        // Kept on request, to see where the instructions go.
+        if let Some(keep) = std::env::var_os(INSTR_DUMPS) {
+            let name = format!("{}-{}.callgrind", self.name, self.dumps);
+            fs::create_dir_all(&keep)?;
+            fs::copy(&file, Path::new(&keep).join(name))?;
+        }
         let _ = fs::remove_file(&file);
         Ok(totals)
     }

@@ -2,8 +2,11 @@
 //! against Redis's own commands for the same work, and what loading the
 //! module costs other clients' commands (`make bench-instr`).
 //!
-//! Directly: `cargo bench --bench instr [-- --quick] [-- --only word,word]`;
-//! `LOCK_SERVER` picks the server binary, `LOCK_MODULE` the module.
+//! Directly: `cargo bench --bench instr [-- --quick] [-- --only word,word]`
+//! (`--only`: the figures whose names, as progress shows them, contain one
+//! of the words); `LOCK_SERVER` picks the server binary, `LOCK_MODULE` the
+//! module, `INSTR_SEED` the hash seed, `INSTR_DUMPS` a directory to keep the
+//! callgrind dumps in.
 //!
 //! Each figure is measured on a server started for it (no state left by
 //! another workload carries over), under `valgrind --tool=callgrind` (see
@@ -339,7 +342,8 @@ impl Ctx<'_> {
         );
         self.servers += 1;
         let dir = self.run_dir.join(format!("server-{}", self.servers));
-        let result = VgServer::start(&dir, self.setup, self.module, self.seed)
+        let label = format!("{} {name}", self.setup.label());
+        let result = VgServer::start(&dir, &label, self.setup, self.module, self.seed)
             .and_then(|mut server| body(&mut server));
         let _ = fs::remove_dir_all(&dir);
         match result {
