@@ -150,6 +150,8 @@ pub struct VgServer {
     dumps: usize,
     /// What it measures, for the names of kept dumps.
     name: String,
+    /// `--vgdb-prefix`, which callgrind_control needs too.
+    vgdb_prefix: String,
 }
 
 impl VgServer {
@@ -173,6 +175,9 @@ impl VgServer {
             "--tool=callgrind".into(),
             format!("--callgrind-out-file={}", path(&out)),
             format!("--log-file={}", path(&dir.join("valgrind.log"))),
+            // vgdb's FIFOs, through which callgrind_control talks to the
+            // server, go in its dir: a killed valgrind leaves them behind.
+            format!("--vgdb-prefix={}", path(&dir.join("vgdb"))),
             "--toggle-collect=serverCron".into(),
             // `--toggle-collect` turns collection off at start unless told.
             "--collect-atstart=yes".into(),
@@ -216,6 +221,7 @@ impl VgServer {
             child,
             out,
             dumps: 0,
+            vgdb_prefix: path(&dir.join("vgdb")),
             name: name
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -289,6 +295,7 @@ impl VgServer {
     /// `callgrind_control <flag> <pid>`: returns once the server has done it.
     fn control(&self, flag: &str) -> Res<()> {
         let out = Command::new(callgrind_control_bin())
+            .arg(format!("--vgdb-prefix={}", self.vgdb_prefix))
             .args([flag, &self.child.id().to_string()])
             .stdin(Stdio::null())
             .output()
