@@ -100,6 +100,22 @@ bench-client: build ## Redlock over 3 local servers: this client vs the rslock c
 
 .PHONY: bench bench-quick bench-client
 
+# `make bench-instr INSTR_SERVERS=REDIS7` measures on one server only.
+INSTR_SERVERS := REDIS7 REDIS8
+
+bench-instr: build servers ## Instructions per operation in redis-server (callgrind): module vs Redis's own commands, and the tax on other clients' commands; on Redis 7.0 and 8.2 (< 12 min)
+	@command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends valgrind; }
+	@for server in $(INSTR_SERVERS); do \
+	  case $$server in REDIS7) env="$(ON_REDIS7)";; REDIS8) env="$(ON_REDIS8)";; \
+	    *) echo "INSTR_SERVERS: REDIS7 and/or REDIS8, not $$server"; exit 1;; esac; \
+	  echo "=== $$server: instruction counts ==="; \
+	  ulimit -n $$(ulimit -Hn) 2>/dev/null; \
+	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo bench --bench instr || exit 1; \
+	done
+
+.PHONY: bench-instr
+
 # The Python package (python/): a virtualenv under target/, the package and
 # pinned test/bench dependencies installed into it.
 PYENV := target/pyenv
