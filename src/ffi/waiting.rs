@@ -99,8 +99,12 @@ thread_local! {
     /// event (servers before 7.2; see the module docs): (client id, handle,
     /// fence), unblocked by [`before_sleep_cb`].
     static DEFERRED: RefCell<Vec<(u64, BlockedClient, u64)>> = const { RefCell::new(Vec::new()) };
-    /// [`before_sleep_cb`] is subscribed (once, when first needed).
+    /// [`before_sleep_cb`] is subscribed: from the first deferred grant
+    /// until a timer after the last one (every turn of the event loop pays
+    /// for a subscriber, so it stays only while grants are deferred).
     static BEFORE_SLEEP_HOOKED: Cell<bool> = const { Cell::new(false) };
+    /// The timer that unsubscribes [`before_sleep_cb`] is armed.
+    static UNHOOK_ARMED: Cell<bool> = const { Cell::new(false) };
 }
 
 fn with<R>(f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
@@ -607,28 +611,45 @@ fn answer_granted(ctx: *mut raw::RedisModuleCtx, id: u64, client: BlockedClient,
         return client.unblock(Some(Outcome::Granted(fence)));
     }
     DEFERRED.with_borrow_mut(|deferred| deferred.push((id, client, fence)));
-    if !BEFORE_SLEEP_HOOKED.replace(true) {
-        let event = raw::RedisModuleEvent {
-            id: raw::REDISMODULE_EVENT_EVENTLOOP,
-            dataver: 1,
-        };
-        // SAFETY: a live context; the callback is a plain function that
-        // lives as long as the module. (Never unsubscribed: the server frees
-        // a listener that unsubscribes from inside its own callback.)
-        let status = unsafe {
-            raw::RedisModule_SubscribeToServerEvent.map_or(raw::Status::Err as c_int, |f| {
-                f(ctx, event, Some(before_sleep_cb))
-            })
-        };
-        if status != raw::Status::Ok as c_int {
-            // No hook: answer now rather than never.
-            BEFORE_SLEEP_HOOKED.set(false);
-            logging::log_warning("lock: cannot hook the before-sleep event");
-            for (_, client, fence) in DEFERRED.take() {
-                client.unblock(Some(Outcome::Granted(fence)));
-            }
+    if !BEFORE_SLEEP_HOOKED.replace(true) && !hook_before_sleep(ctx, Some(before_sleep_cb)) {
+        // No hook: answer now rather than never.
+        BEFORE_SLEEP_HOOKED.set(false);
+        logging::log_warning("lock: cannot hook the before-sleep event");
+        for (_, client, fence) in DEFERRED.take() {
+            client.unblock(Some(Outcome::Granted(fence)));
         }
     }
+}
+
+/// Subscribes `callback` to the event loop's events, or unsubscribes
+/// (`None`). Never from inside that callback: the server would free the
+/// listener it is still using.
+fn hook_before_sleep(
+    ctx: *mut raw::RedisModuleCtx,
+    callback: raw::RedisModuleEventCallback,
+) -> bool {
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_EVENTLOOP,
+        dataver: 1,
+    };
+    // SAFETY: a live context of this module; the callback is a plain
+    // function that lives as long as the module.
+    let status = unsafe {
+        raw::RedisModule_SubscribeToServerEvent
+            .map_or(raw::Status::Err as c_int, |f| f(ctx, event, callback))
+    };
+    status == raw::Status::Ok as c_int
+}
+
+/// After the deferred grants were answered: unsubscribes the before-sleep
+/// hook, unless grants were deferred again meanwhile.
+extern "C" fn unhook_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard("before-sleep unhook", (), || {
+        UNHOOK_ARMED.set(false);
+        if DEFERRED.with_borrow(Vec::is_empty) && hook_before_sleep(ctx, None) {
+            BEFORE_SLEEP_HOOKED.set(false);
+        }
+    });
 }
 
 /// Whether a `CLIENT UNBLOCK` run between our unblocking a client and the
@@ -650,7 +671,7 @@ fn take_deferred(id: u64) -> Option<(BlockedClient, u64)> {
 /// The server is about to write the replies of clients modules unblocked
 /// (and sleep): unblocks the granted clients kept blocked until now.
 extern "C" fn before_sleep_cb(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut c_void,
@@ -664,6 +685,9 @@ extern "C" fn before_sleep_cb(
         }
         for (_, client, fence) in DEFERRED.take() {
             client.unblock(Some(Outcome::Granted(fence)));
+        }
+        if !UNHOOK_ARMED.replace(true) {
+            create_timer(ctx, 0, unhook_cb, ptr::null_mut());
         }
     });
 }
