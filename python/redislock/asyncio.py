@@ -43,7 +43,7 @@ from ._common import (
     seconds_to_ms,
     translate,
 )
-from .lock import RETRY_DELAY
+from ._core import RETRY_DELAY
 
 logger = logging.getLogger(__name__)
 
