@@ -126,13 +126,15 @@ class Renewal:
     when the confirming command was sent, so it comes early, never late.
 
     A transport subclass supplies the thread or task that sleeps the delay
-    ``tick`` returns between ticks, the timer that calls ``deadline_passed``
-    (``_arm``/``_disarm``: a timer, not the renewing thread or task, watches
-    the deadline, because a renewal may be stuck in a paused server),
-    ``_wake`` to end the sleep at once, and ``state``, which guards
+    ``tick`` returns between ticks, ``wake`` (an Event of its kind) that ends
+    that sleep at once, ``_timer`` to call ``deadline_passed`` at the
+    deadline (a timer, not the renewing thread or task, watches it, because
+    a renewal may be stuck in a paused server), and ``state``, which guards
     ``stopped``, ``deadline`` and the timer where threads share them."""
 
     state: ContextManager[Any] = contextlib.nullcontext()
+    wake: Any
+    timer: Any = None  # the last ``_timer``
 
     def __init__(self, lock: "LockCore", token: bytes, lease: float, start: float):
         self.lock = lock
@@ -147,16 +149,9 @@ class Renewal:
 
     # -- transport hooks ------------------------------------------------------
 
-    def _arm(self, delay: float) -> None:
-        """Call ``deadline_passed`` in ``delay`` seconds."""
-        raise NotImplementedError
-
-    def _disarm(self) -> None:
-        """Cancel the timer of ``_arm``, if any."""
-        raise NotImplementedError
-
-    def _wake(self) -> None:
-        """End the sleep between ticks at once."""
+    def _timer(self, delay: float) -> Any:
+        """Start a timer that calls ``deadline_passed`` in ``delay`` seconds;
+        return it (it has ``cancel()``)."""
         raise NotImplementedError
 
     def _called_back(self, result: Any) -> None:
@@ -166,7 +161,11 @@ class Renewal:
 
     def _rearm(self) -> None:
         self._disarm()
-        self._arm(max(0.0, self.deadline - time.monotonic()))
+        self.timer = self._timer(max(0.0, self.deadline - time.monotonic()))
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
 
     def confirmed(self, deadline: float) -> None:
         """The server confirmed a lease ending at ``deadline`` (monotonic)."""
@@ -180,7 +179,7 @@ class Renewal:
         with self.state:
             self.stopped = True
             self._disarm()
-        self._wake()
+        self.wake.set()
 
     def tick(self) -> Steps:
         """One renewal period: renew unless an ``extend`` gave more than a
@@ -218,7 +217,7 @@ class Renewal:
                 return
             self.stopped = True
             self._disarm()
-        self._wake()
+        self.wake.set()
         lock = self.lock
         lock._log.warning("lock %r lost: %s", lock.name, why)
         lock.lost.set()

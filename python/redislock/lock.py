@@ -81,7 +81,6 @@ class _Renewer(Renewal):
     def __init__(self, lock: "Lock", token: bytes, lease: float, start: float):
         self.mutex = threading.RLock()
         self.state = threading.Lock()  # guards stopped, deadline, timer
-        self.timer: Optional[threading.Timer] = None
         self.wake = threading.Event()
         super().__init__(lock, token, lease, start)
         self.thread = threading.Thread(
@@ -89,17 +88,11 @@ class _Renewer(Renewal):
         )
         self.thread.start()
 
-    def _arm(self, delay: float) -> None:
-        self.timer = threading.Timer(delay, self.deadline_passed)
-        self.timer.daemon = True
-        self.timer.start()
-
-    def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-
-    def _wake(self) -> None:
-        self.wake.set()
+    def _timer(self, delay: float) -> threading.Timer:
+        timer = threading.Timer(delay, self.deadline_passed)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def confirmed(self, deadline: float) -> None:
         # Under mutex, so confirmations arrive in command order.
