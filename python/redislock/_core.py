@@ -3,12 +3,13 @@
 
 Every operation that talks to the server (acquire, release, extend,
 reacquire, locked, owned, one renewal) is a generator here. It yields each
-piece of I/O it needs as a *step* (``Call``, ``Acquire``, ``Sleep``,
-``Cleanup``), is sent the reply or has the failure thrown in, and returns the
-operation's result. A transport performs the steps, blocking or awaiting, and
-holds nothing else: the token, fence and lease bookkeeping, the renewer's
-deadline and loss rules, the argument and state checks, what each reply or
-error means and how errors are translated cannot drift between the two.
+piece of I/O it needs as a *step* (``Call``, ``Acquire``, ``RefreshSlots``,
+``Sleep``, ``Cleanup``), is sent the reply or has the failure thrown in, and
+returns the operation's result. A transport performs the steps, blocking or
+awaiting, and holds nothing else: the token, fence and lease bookkeeping,
+the renewer's deadline and loss rules, the argument and state checks, what
+each reply or error means (cluster redirections included) and how errors
+are translated cannot drift between the two.
 (psycopg 3 shares its protocol code between its sync and async connections
 in the same way.)
 """
@@ -22,9 +23,11 @@ from types import SimpleNamespace
 from typing import Any, Callable, ContextManager, Generator, NamedTuple, Optional, Type
 
 from redis.exceptions import (
+    AskError,
     ConnectionError,
     LockError,
     LockNotOwnedError,
+    MovedError,
     ResponseError,
     TimeoutError,
 )
@@ -64,15 +67,23 @@ class Call(NamedTuple):
 
 
 class Acquire(NamedTuple):
-    """Send ``LOCK.ACQUIRE`` on a connection of its own and read the reply
-    with a timeout that fits ``wait`` (None: no WAIT). Never retried: if a
-    first attempt had been granted and only its reply lost, a retry with the
-    same token would count as a reentry, and one release would then leave the
-    lock held. Any failure while waiting closes that connection, so the
-    server drops us from its queue and no late reply lands on a pooled one."""
+    """Send ``LOCK.ACQUIRE`` on a connection of its own, taken from the
+    client's pool or, on a cluster, from ``node`` (after ``ASKING`` if
+    ``asking``), and read the reply with a timeout that fits ``wait`` (None:
+    no WAIT). Never retried: if a first attempt had been granted and only
+    its reply lost, a retry with the same token would count as a reentry,
+    and one release would then leave the lock held. Any failure while
+    waiting closes that connection, so the server drops us from its queue
+    and no late reply lands on a pooled one."""
 
     args: tuple
     wait: Optional[int]
+    node: Any = None
+    asking: bool = False
+
+
+class RefreshSlots(NamedTuple):
+    """Reload a cluster client's map of which node owns which slot."""
 
 
 class Sleep(NamedTuple):
@@ -427,12 +438,33 @@ class LockCore:
         failure goes on."""
         args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
         try:
-            return (yield Acquire(args, wait))
+            return (yield from self._sending_acquire(args, wait))
         except (ResponseError, GeneratorExit):
             raise
         except BaseException:
             yield from self._abandon(token)
             raise
+
+    def _sending_acquire(self, args: tuple, wait: Optional[int]) -> Steps:
+        client = self.redis
+        if not hasattr(client, "nodes_manager"):
+            return (yield Acquire(args, wait))
+        # A cluster: go to the node that owns the key's slot; follow a MOVED
+        # (slots changed: refresh the map) or an ASK (slot being migrated: the
+        # lock already lives on the target, which serves the wait) a few times.
+        target = None
+        for _ in range(5):
+            node = target or client.get_node_from_key(self.name)
+            try:
+                return (yield Acquire(args, wait, node, asking=target is not None))
+            except MovedError:
+                yield RefreshSlots()
+                target = None
+            except AskError as e:
+                target = client.get_node(host=e.host, port=e.port)
+                if target is None:
+                    yield RefreshSlots()
+        raise LockError("too many cluster redirections for LOCK.ACQUIRE", lock_name=self.name)
 
     def _confirming(self, token: bytes) -> Steps:
         """Renew a fresh grant whose reply came late (see needs_confirmation):

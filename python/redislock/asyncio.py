@@ -20,10 +20,10 @@ import math
 from functools import partial
 from typing import Any, Awaitable, Callable, Literal, Optional, Set
 
-from redis.exceptions import AskError, LockError, MovedError, ResponseError
+from redis.exceptions import LockError, ResponseError
 
 from ._common import read_timeout
-from ._core import Acquire, Call, Cleanup, LockCore, Renewal, Run, Sleep, Steps
+from ._core import Acquire, Call, Cleanup, LockCore, RefreshSlots, Renewal, Run, Sleep, Steps
 
 logger = logging.getLogger(__name__)
 
@@ -37,14 +37,14 @@ _shielded: Set["asyncio.Task[Any]"] = set()
 # ---------------------------------------------------------------------------
 
 
-async def _acquire_on(conn: Any, args: tuple, wait: Optional[int], asking: bool) -> Any:
+async def _acquire_on(conn: Any, step: Acquire) -> Any:
     """Perform an ``Acquire`` step on ``conn``; a cancel counts as a failure."""
     try:
-        if asking:
+        if step.asking:
             await conn.send_command("ASKING")
             await conn.read_response()
-        await conn.send_command(*args)
-        timeout = read_timeout(conn, wait)
+        await conn.send_command(*step.args)
+        timeout = read_timeout(conn, step.wait)
         # math.inf is redis.asyncio's "no limit".
         return await conn.read_response(timeout=math.inf if timeout is None else timeout)
     except ResponseError:
@@ -54,31 +54,19 @@ async def _acquire_on(conn: Any, args: tuple, wait: Optional[int], asking: bool)
         raise
 
 
-async def _acquire_call(client: Any, name: Any, args: tuple, wait: Optional[int]) -> Any:
-    if not hasattr(client, "nodes_manager"):
+async def _acquire(client: Any, step: Acquire) -> Any:
+    if step.node is None:
         pool = client.connection_pool
         conn = await pool.get_connection()
         try:
-            return await _acquire_on(conn, args, wait, asking=False)
+            return await _acquire_on(conn, step)
         finally:
             await pool.release(conn)
-    # RedisCluster: the node owning the key's slot; follow MOVED and ASK.
-    target = None
-    for _ in range(5):
-        node = target or client.get_node_from_key(name)
-        conn = node.acquire_connection()
-        try:
-            return await _acquire_on(conn, args, wait, asking=target is not None)
-        except MovedError:
-            await client.nodes_manager.initialize()
-            target = None
-        except AskError as e:
-            target = client.get_node(host=e.host, port=e.port)
-            if target is None:
-                await client.nodes_manager.initialize()
-        finally:
-            node.release(conn)
-    raise LockError("too many cluster redirections for LOCK.ACQUIRE", lock_name=name)
+    conn = step.node.acquire_connection()
+    try:
+        return await _acquire_on(conn, step)
+    finally:
+        step.node.release(conn)
 
 
 # ---------------------------------------------------------------------------
@@ -154,7 +142,9 @@ class Lock(LockCore):
         if isinstance(step, Call):
             return await self.redis.execute_command(*step.args)
         if isinstance(step, Acquire):
-            return await _acquire_call(self.redis, self.name, step.args, step.wait)
+            return await _acquire(self.redis, step)
+        if isinstance(step, RefreshSlots):
+            return await self.redis.nodes_manager.initialize()
         if isinstance(step, Sleep):
             return await asyncio.sleep(step.seconds)
         if isinstance(step, Cleanup):

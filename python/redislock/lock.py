@@ -13,10 +13,10 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Callable, Literal, Optional, Type
 
-from redis.exceptions import AskError, LockError, MovedError, ResponseError
+from redis.exceptions import LockError, ResponseError
 
 from ._common import read_timeout
-from ._core import Acquire, Call, Cleanup, LockCore, Renewal, Run, Sleep, Steps
+from ._core import Acquire, Call, Cleanup, LockCore, RefreshSlots, Renewal, Run, Sleep, Steps
 
 logger = logging.getLogger(__name__)
 
@@ -26,15 +26,15 @@ logger = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
 
 
-def _acquire_on_pool(pool: Any, args: tuple, wait: Optional[int], asking: bool = False) -> Any:
+def _acquire_on(pool: Any, step: Acquire) -> Any:
     """Perform an ``Acquire`` step on a connection taken from ``pool``."""
     conn = pool.get_connection()
     try:
-        if asking:
+        if step.asking:
             conn.send_command("ASKING")
             conn.read_response()
-        conn.send_command(*args)
-        return conn.read_response(timeout=read_timeout(conn, wait))
+        conn.send_command(*step.args)
+        return conn.read_response(timeout=read_timeout(conn, step.wait))
     except ResponseError:
         raise  # a well-formed error reply: the connection is fine
     except BaseException:
@@ -42,29 +42,6 @@ def _acquire_on_pool(pool: Any, args: tuple, wait: Optional[int], asking: bool =
         raise
     finally:
         pool.release(conn)
-
-
-def _acquire_call(client: Any, name: Any, args: tuple, wait: Optional[int]) -> Any:
-    """Run a ``LOCK.ACQUIRE`` on a plain or cluster client."""
-    if not hasattr(client, "nodes_manager"):
-        return _acquire_on_pool(client.connection_pool, args, wait)
-    # RedisCluster: go to the node that owns the key's slot; follow a MOVED
-    # (slots changed: refresh the map) or an ASK (slot being migrated: the
-    # lock already lives on the target, which serves the wait) a few times.
-    target = None
-    for _ in range(5):
-        node = target or client.get_node_from_key(name)
-        pool = client.get_redis_connection(node).connection_pool
-        try:
-            return _acquire_on_pool(pool, args, wait, asking=target is not None)
-        except MovedError:
-            client.nodes_manager.initialize()
-            target = None
-        except AskError as e:
-            target = client.get_node(host=e.host, port=e.port)
-            if target is None:
-                client.nodes_manager.initialize()
-    raise LockError("too many cluster redirections for LOCK.ACQUIRE", lock_name=name)
 
 
 # ---------------------------------------------------------------------------
@@ -153,7 +130,10 @@ class Lock(LockCore):
         if isinstance(step, Call):
             return self.redis.execute_command(*step.args)
         if isinstance(step, Acquire):
-            return _acquire_call(self.redis, self.name, step.args, step.wait)
+            node = self.redis if step.node is None else self.redis.get_redis_connection(step.node)
+            return _acquire_on(node.connection_pool, step)
+        if isinstance(step, RefreshSlots):
+            return self.redis.nodes_manager.initialize()
         if isinstance(step, Sleep):
             return time.sleep(step.seconds)
         if isinstance(step, Cleanup):
