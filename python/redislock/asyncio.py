@@ -20,7 +20,7 @@ import math
 from functools import partial
 from typing import Any, Awaitable, Callable, Literal, Optional, Set
 
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import LockError, ResponseError, TimeoutError
 
 from ._common import read_timeout
 from ._core import Acquire, Call, Cleanup, LockCore, RefreshSlots, Renewal, Run, Sleep, Steps
@@ -44,14 +44,31 @@ async def _acquire_on(conn: Any, step: Acquire) -> Any:
             await conn.send_command("ASKING")
             await conn.read_response()
         await conn.send_command(*step.args)
-        timeout = read_timeout(conn, step.wait)
-        # math.inf is redis.asyncio's "no limit".
-        return await conn.read_response(timeout=math.inf if timeout is None else timeout)
+        return await _read_reply(conn, step.wait)
     except ResponseError:
         raise
     except BaseException:
         await conn.disconnect(nowait=True)
         raise
+
+
+async def _read_reply(conn: Any, wait: Optional[int]) -> Any:
+    """The reply to a ``LOCK.ACQUIRE … WAIT wait``, read for as long as
+    ``read_timeout`` says. redis.asyncio's ``read_response(timeout=t)``
+    returns None when ``t`` runs out, which reads as a nil reply (not
+    granted) while the grant may still come, onto a connection back in the
+    pool. So the limit is ours, and running out of it raises, as a socket
+    timeout does in the sync lock (then the grant is released and the
+    connection closed)."""
+    timeout = read_timeout(conn, wait)
+    # math.inf is redis.asyncio's "no limit".
+    reading = conn.read_response(timeout=math.inf)
+    if timeout is None:
+        return await reading
+    try:
+        return await asyncio.wait_for(reading, timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no reply to LOCK.ACQUIRE within {timeout:.3f} s") from None
 
 
 async def _acquire(client: Any, step: Acquire) -> Any:
