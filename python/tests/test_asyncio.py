@@ -1,14 +1,13 @@
 """What only the asyncio lock does: a cancelled acquire, a coroutine as
-``on_lost``. (The behaviour it shares with the sync lock is tested on both,
-in the other modules.) Each test runs its own event loop (asyncio.run), so
-no pytest plugin is needed."""
+``on_lost``. (What it shares with the sync lock is tested on both, in the
+other modules.) Each test runs its own event loop (asyncio.run), so no
+pytest plugin is needed."""
 
 import asyncio
 import time
 
 import pytest
 import redis.asyncio
-import redis.asyncio.lock
 
 from redislock._common import parse_info
 from redislock.asyncio import Lock
@@ -26,48 +25,6 @@ async def eventually(check, timeout=10.0, what=""):
 async def waiters(client, name):
     info = parse_info(await client.execute_command("LOCK.INFO", name))
     return (info or {}).get("waiters", 0)
-
-
-async def attempt(awaitable_fn):
-    try:
-        return ("ok", await awaitable_fn())
-    except Exception as e:
-        return ("raise", type(e).__name__, str(e))
-
-
-async def scenario(client, key, cls):
-    """One compatibility scenario, run with redis-py's lock and ours."""
-    a, b = cls(client, key, timeout=10), cls(client, key, timeout=10, blocking_timeout=0.2)
-    seen = [await a.acquire(blocking=False), await a.locked(), await a.owned()]
-    seen += [await b.acquire(), await b.owned()]
-    seen += [await a.extend(5), 14000 < await client.pttl(key) <= 15000]
-    seen += [await a.extend(2, replace_ttl=True), 1000 < await client.pttl(key) <= 2000]
-    seen += [await a.reacquire(), 9000 < await client.pttl(key) <= 10000]
-    seen += [await attempt(a.release), await a.locked(), await attempt(a.release)]
-
-    async def lost_in_context():
-        async with cls(client, key, timeout=10) as held:
-            seen.append(await held.owned())
-            await client.delete(key)
-
-    seen += [await attempt(lost_in_context)]
-    return seen
-
-
-def test_same_observations_as_redis_py_asyncio(server, r):
-    async def main():
-        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
-        try:
-            seen = {}
-            for label, cls in (("redis-py", redis.asyncio.lock.Lock), ("ours", Lock)):
-                seen[label] = await attempt(lambda: scenario(client, f"async:{label}", cls))
-            return seen
-        finally:
-            await client.aclose()
-
-    seen = asyncio.run(main())
-    assert seen["ours"] == seen["redis-py"]
-    assert seen["ours"][1][-1][:2] == ("raise", "LockNotOwnedError")
 
 
 async def _is(awaitable, value):
@@ -117,37 +74,6 @@ def test_a_wait_cancelled_after_the_grant_leaves_nothing_held(server, r, name):
     info, token = asyncio.run(main())
     assert token is None
     assert info is None, f"held after the cancelled acquire: {info}"
-
-
-async def overwritten(client, key, cls):
-    """redis-py's own lock tests fake another holder with a plain SET."""
-    lock = cls(client, key, timeout=10)
-    await lock.acquire()
-    await client.set(key, "x")
-    seen = [await attempt(lock.owned), await attempt(lock.locked)]
-    seen += [await attempt(lambda: lock.extend(1)), await attempt(lambda: lock.extend(1, True))]
-    seen += [await attempt(lock.reacquire)]
-    seen += [await attempt(lock.release), lock.local.token, await attempt(lock.release)]
-    other = cls(client, key, timeout=10, blocking_timeout=0.2)
-    seen += [await attempt(lambda: other.acquire(blocking=False)), await attempt(other.acquire)]
-    await client.delete(key)
-    seen += [await other.acquire(blocking=False), await attempt(other.release)]
-    return seen
-
-
-def test_a_value_written_over_the_lock_as_redis_py_asyncio(server, r):
-    async def main():
-        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
-        try:
-            seen = {}
-            for label, cls in (("redis-py", redis.asyncio.lock.Lock), ("ours", Lock)):
-                seen[label] = await attempt(lambda: overwritten(client, f"async:{label}", cls))
-            return seen
-        finally:
-            await client.aclose()
-
-    seen = asyncio.run(main())
-    assert seen["ours"] == seen["redis-py"]
 
 
 def test_on_lost_may_be_a_coroutine_function(server, r, name):
