@@ -31,14 +31,20 @@ async def _is(awaitable, value):
     return await awaitable == value
 
 
+async def queued_behind_a_holder(client, name):
+    """A holder, and a task whose acquire waits in the queue behind it."""
+    holder = Lock(client, name, timeout=10)
+    await holder.acquire()
+    waiter = Lock(client, name, timeout=10)
+    task = asyncio.create_task(waiter.acquire())
+    await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+    return holder, waiter, task
+
+
 def test_a_cancelled_wait_leaves_the_queue(server, r, name):
     async def main():
         client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
-        holder = Lock(client, name, timeout=10)
-        await holder.acquire()
-        waiter = Lock(client, name, timeout=10)
-        task = asyncio.create_task(waiter.acquire())
-        await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+        holder, waiter, task = await queued_behind_a_holder(client, name)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -58,11 +64,7 @@ def test_a_wait_cancelled_after_the_grant_leaves_nothing_held(server, r, name):
     the hold it was granted must not outlive the cancelled acquire."""
     async def main():
         client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
-        holder = Lock(client, name, timeout=10)
-        await holder.acquire()
-        waiter = Lock(client, name, timeout=10)
-        task = asyncio.create_task(waiter.acquire())
-        await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+        holder, waiter, task = await queued_behind_a_holder(client, name)
         r.execute_command("LOCK.RELEASE", name, holder.token)  # blocks this loop
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
