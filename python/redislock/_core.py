@@ -9,9 +9,8 @@ returns the operation's result. A transport performs the steps, blocking or
 awaiting, and holds nothing else: the token, fence and lease bookkeeping,
 the renewer's deadline and loss rules, the argument and state checks, what
 each reply or error means (cluster redirections included) and how errors
-are translated cannot drift between the two.
-(psycopg 3 shares its protocol code between its sync and async connections
-in the same way.)
+are translated cannot drift between the two. (psycopg 3 shares its protocol
+code between its sync and async connections in the same way.)
 """
 
 import contextlib

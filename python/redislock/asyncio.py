@@ -145,6 +145,9 @@ class Lock(LockCore):
     # -- performing the core's steps -------------------------------------------
 
     async def _drive(self, steps: Steps) -> Any:
+        """Run one of the core's operations to its result, awaiting each
+        step it yields. Any exception, a cancel included, goes back to
+        the operation: it may have to release a grant first."""
         run = Run(steps)
         while not run.done:
             try:

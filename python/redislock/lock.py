@@ -116,6 +116,9 @@ class Lock(LockCore):
     # -- performing the core's steps -------------------------------------------
 
     def _drive(self, steps: Steps) -> Any:
+        """Run one of the core's operations to its result, performing each
+        step it yields. Any exception, Ctrl-C included, goes back to
+        the operation: it may have to release a grant first."""
         run = Run(steps)
         while not run.done:
             try:
