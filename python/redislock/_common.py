@@ -75,6 +75,18 @@ def needs_confirmation(elapsed: float, lease: float) -> bool:
     return elapsed > lease / 3
 
 
+def read_timeout(connection: Any, wait: Optional[int]) -> Optional[float]:
+    """How long to read the reply to an acquisition with ``WAIT wait`` (None:
+    no WAIT): the wait plus the connection's own socket timeout as margin, or
+    no limit (None) for ``WAIT 0`` or a connection without a timeout. redis-py
+    8 sets socket_timeout to 5 s by default, which would otherwise cut any
+    longer wait (and its retry would requeue us at the back of the line)."""
+    margin = getattr(connection, "socket_timeout", None)
+    if margin is None or wait == 0:
+        return None
+    return (wait or 0) / 1000 + margin
+
+
 def acquire_args(name: Any, token: bytes, ttl_ms: int, wait: Optional[int]) -> tuple:
     if wait is None:
         return ("LOCK.ACQUIRE", name, token, ttl_ms)

@@ -8,8 +8,14 @@ dir, killed at teardown. The binaries come from the environment:
 
 Tests wait on what the servers report (``LOCK.INFO``, ``INFO``), with
 deadlines, rather than on fixed sleeps.
+
+The ``api`` fixture runs one test body on both locks: the sync one with
+redis-py's client, and the asyncio one with redis.asyncio's (see ``SyncAPI``
+and ``AsyncAPI``).
 """
 
+import asyncio
+import inspect
 import os
 import random
 import shutil
@@ -18,12 +24,20 @@ import subprocess
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, List, Optional
 
 import pytest
 import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.lock
+import redis.cluster
+import redis.lock
 
+import redislock
+import redislock.asyncio
 from redislock._common import parse_info
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +46,12 @@ SERVER = os.environ.get("LOCK_SERVER") or "redis-server"
 CLI = os.environ.get("LOCK_CLI") or "redis-cli"
 
 
-def wait_until(check: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:
+def wait_until(
+    check: Callable[[], object],
+    timeout: float = 10.0,
+    what: str = "",
+    pause: Callable[[float], object] = time.sleep,
+) -> object:
     """Poll ``check`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -41,7 +60,7 @@ def wait_until(check: Callable[[], object], timeout: float = 10.0, what: str = "
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.005)
+        pause(0.005)
 
 
 def _bindable(port: int) -> bool:
@@ -142,12 +161,19 @@ def lock_info(client: redis.Redis, name: str) -> Optional[dict]:
     return parse_info(client.execute_command("LOCK.INFO", name))
 
 
-def wait_waiters(client: redis.Redis, name: str, n: int, timeout: float = 10.0) -> None:
+def wait_waiters(
+    client: redis.Redis,
+    name: str,
+    n: int,
+    timeout: float = 10.0,
+    pause: Callable[[float], object] = time.sleep,
+) -> None:
     """Wait until ``n`` clients are queued on ``name``."""
     wait_until(
         lambda: (lock_info(client, name) or {}).get("waiters") == n,
         timeout,
         f"{n} waiters on {name}",
+        pause,
     )
 
 
@@ -166,7 +192,189 @@ def in_thread(fn):
     return worker
 
 
+# -- one test body, both locks ------------------------------------------------
+
+
+class SyncAPI:
+    """``redislock.Lock`` with redis-py's client. A test body written for
+    both APIs wraps each lock call in ``run`` (here it returns the value it
+    is given), waits with ``sleep``/``wait``/``wait_until`` and runs calls in
+    the background with ``spawn`` (here a thread)."""
+
+    name = "sync"
+    Lock = redislock.Lock
+    RedisPyLock = redis.lock.Lock
+
+    def __init__(self, server: "Server"):
+        self.server = server
+        self.clients: list = []
+
+    def client(self, server: Optional["Server"] = None, **kwargs):
+        client = (server or self.server).client(**kwargs)
+        self.clients.append(client)
+        return client
+
+    def cluster_client(self, nodes: List["Server"], **kwargs):
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=nodes[0].port, **kwargs)
+        self.clients.append(client)
+        return client
+
+    def run(self, value):
+        return value
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def wait(self, event, timeout: float) -> bool:
+        """Wait for the lock's ``lost`` (or any event) at most ``timeout`` s."""
+        return event.wait(timeout)
+
+    def entered(self, lock):
+        """``with api.entered(lock) as held:`` for ``with``/``async with``."""
+        return lock
+
+    def blocking(self, call):
+        """Make a blocking call (a sync client's, say) while the background
+        goes on: here it always does."""
+        return call()
+
+    def spawn(self, *calls):
+        """Make ``calls`` one after another in the background; the returned
+        handle has ``join(timeout)``, ``is_alive()`` and ``result`` (the last
+        call's value, or the exception one raised)."""
+        return in_thread(lambda: [self.run(call()) for call in calls][-1])
+
+    def wait_until(self, check, timeout: float = 10.0, what: str = ""):
+        return wait_until(check, timeout, what, self.sleep)
+
+    def wait_waiters(self, client, name: str, n: int, timeout: float = 10.0) -> None:
+        wait_waiters(client, name, n, timeout, self.sleep)
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+class AsyncAPI(SyncAPI):
+    """``redislock.asyncio.Lock`` with redis.asyncio's client, on an event
+    loop of the test's own. The loop runs while the body waits (in ``run``,
+    ``sleep``, ``wait``, ``wait_until`` and a handle's ``join``): that is
+    when renewals and spawned tasks make progress, as threads would while a
+    sync body sleeps."""
+
+    name = "asyncio"
+    Lock = redislock.asyncio.Lock
+    RedisPyLock = redis.asyncio.lock.Lock
+
+    def __init__(self, server: "Server"):
+        super().__init__(server)
+        self.loop = asyncio.new_event_loop()
+
+    def client(self, server: Optional["Server"] = None, **kwargs):
+        port = (server or self.server).port
+        client = redis.asyncio.Redis(host="127.0.0.1", port=port, **kwargs)
+        self.clients.append(client)
+        return client
+
+    def cluster_client(self, nodes: List["Server"], **kwargs):
+        client = redis.asyncio.cluster.RedisCluster(
+            host="127.0.0.1", port=nodes[0].port, **kwargs
+        )
+        self.run(client.initialize())
+        self.clients.append(client)
+        return client
+
+    def run(self, value):
+        """Complete ``value`` on the loop if it is awaitable."""
+        if inspect.isawaitable(value):
+            return self.loop.run_until_complete(value)
+        return value
+
+    def sleep(self, seconds: float) -> None:
+        self.run(asyncio.sleep(seconds))
+
+    def wait(self, event, timeout: float) -> bool:
+        async def waited() -> bool:
+            try:
+                await asyncio.wait_for(event.wait(), timeout)
+            except asyncio.TimeoutError:
+                return False
+            return True
+
+        return self.run(waited())
+
+    @contextmanager
+    def entered(self, lock):
+        held = self.run(lock.__aenter__())
+        try:
+            yield held
+        except BaseException as e:
+            if not self.run(lock.__aexit__(type(e), e, e.__traceback__)):
+                raise
+        else:
+            self.run(lock.__aexit__(None, None, None))
+
+    def blocking(self, call):
+        """Make it in a thread, with the loop running meanwhile."""
+        return self.run(self.loop.run_in_executor(None, call))
+
+    def spawn(self, *calls):
+        async def body():
+            value = None
+            for call in calls:
+                value = call()
+                if inspect.isawaitable(value):
+                    value = await value
+            return value
+
+        return _Spawned(self, self.loop.create_task(body()))
+
+    def close(self) -> None:
+        for client in self.clients:
+            self.run(client.aclose())
+        self.run(self._cancel_tasks())
+        self.loop.close()
+
+    @staticmethod
+    async def _cancel_tasks() -> None:
+        """Cancel what the test left running (renewals of holds it kept)."""
+        left = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+
+
+class _Spawned:
+    """A task seen as ``in_thread`` shows a thread."""
+
+    def __init__(self, api: AsyncAPI, task: "asyncio.Task"):
+        self.api = api
+        self.task = task
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        self.api.run(asyncio.wait({self.task}, timeout=timeout))
+
+    def is_alive(self) -> bool:
+        return not self.task.done()
+
+    @property
+    def result(self):
+        if not self.task.done():
+            return None
+        if self.task.cancelled():
+            return asyncio.CancelledError()
+        return self.task.exception() or self.task.result()
+
+
 # -- fixtures ----------------------------------------------------------------
+
+
+@pytest.fixture(params=[SyncAPI, AsyncAPI], ids=lambda api: api.name)
+def api(request, server):
+    """Each test that takes it runs twice: on the sync lock and on the asyncio one."""
+    made = request.param(server)
+    yield made
+    made.close()
 
 _servers: List[Server] = []
 

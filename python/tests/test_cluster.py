@@ -1,25 +1,13 @@
-"""Redis Cluster through redis-py's RedisCluster (sync and asyncio): every
-LOCK.* command names its key at position 1, so the client must send each one
-to the node that owns the key's slot. Checked by the command counts of every
-node: the owner ran them, the other two ran none."""
+"""Redis Cluster through redis-py's RedisCluster (sync and asyncio, the
+``api`` fixture): every LOCK.* command names its key at position 1, so the
+client must send each one to the node that owns the key's slot. Checked by
+the command counts of every node: the owner ran them, the other two ran none."""
 
-import asyncio
-import threading
-
-import redis.asyncio.cluster
-import redis.cluster
-
-from redislock import Lock
 from redislock._common import parse_info
-from redislock.asyncio import Lock as AsyncLock
 
-from conftest import commandstat, wait_until
+from conftest import commandstat
 
 COMMANDS = ("lock.acquire", "lock.release", "lock.renew", "lock.info")
-
-
-def cluster_client(nodes, **kwargs):
-    return redis.cluster.RedisCluster(host="127.0.0.1", port=nodes[0].port, **kwargs)
 
 
 def key_per_node(rc, nodes):
@@ -51,89 +39,53 @@ def assert_only_owner_ran(nodes, owner_port, expected):
             assert not any(calls.values()), seen
 
 
-def test_commands_go_to_the_node_owning_the_key(cluster):
-    rc = cluster_client(cluster)
+def test_commands_go_to_the_node_owning_the_key(api, cluster):
+    rc = api.cluster_client(cluster)
     for port, key in key_per_node(rc, cluster).items():
         reset(cluster)
-        holder = rc.lock(key, timeout=10, lock_class=Lock)
-        assert holder.acquire(blocking=False)  # ACQUIRE
-        waiter = Lock(rc, key, timeout=10, thread_local=False)
-        worker = threading.Thread(target=waiter.acquire)  # ACQUIRE ... WAIT 0
-        worker.start()
+        holder = rc.lock(key, timeout=10, lock_class=api.Lock)
+        assert api.run(holder.acquire(blocking=False))  # ACQUIRE
+        waiter = api.Lock(rc, key, timeout=10, thread_local=False)
+        worker = api.spawn(waiter.acquire)  # ACQUIRE ... WAIT 0
         owner = next(n for n in cluster if n.port == port).client()
-        wait_until(lambda: owner.info("lock")["lock_waiting"] == 1, what="waiting")
-        assert holder.locked() and holder.owned()  # INFO x2
-        holder.extend(1)  # INFO + RENEW
-        holder.release()  # RELEASE: hands over to the waiter
+        api.wait_until(lambda: owner.info("lock")["lock_waiting"] == 1, what="waiting")
+        assert api.run(holder.locked()) and api.run(holder.owned())  # INFO x2
+        api.run(holder.extend(1))  # INFO + RENEW
+        held = holder.fence
+        api.run(holder.release())  # RELEASE: hands over to the waiter
         worker.join(5)
-        assert waiter.owned() and waiter.fence > 0  # INFO
-        waiter.reacquire()  # RENEW
-        waiter.release()  # RELEASE
+        assert worker.result is True, worker.result
+        assert api.run(waiter.owned()) and waiter.fence > held  # INFO
+        api.run(waiter.reacquire())  # RENEW
+        api.run(waiter.release())  # RELEASE
         assert_only_owner_ran(
             cluster, port,
             {"lock.acquire": 2, "lock.release": 2, "lock.renew": 2, "lock.info": 4},
         )
-    rc.close()
 
 
-def test_a_wait_follows_moved(cluster):
+def test_a_wait_follows_moved(api, cluster):
     """The client's slot map is wrong for one key: the wait is sent to a node
     that answers MOVED, and the lock follows it to the owner."""
-    rc = cluster_client(cluster)
+    rc = api.cluster_client(cluster)
     keys = key_per_node(rc, cluster)
     port, key = next(iter(keys.items()))
     wrong = next(n for n in rc.get_primaries() if n.port != port)
     rc.nodes_manager.slots_cache[rc.keyslot(key)] = [wrong]
     reset(cluster)
-    lock = Lock(rc, key, timeout=10)
-    assert lock.acquire(blocking_timeout=1)
+    lock = api.Lock(rc, key, timeout=10)
+    assert api.run(lock.acquire(blocking_timeout=1))
     assert rc.get_node_from_key(key).port == port  # the map was refreshed
-    lock.release()
+    api.run(lock.release())
     assert_only_owner_ran(
         cluster, port, {"lock.acquire": 1, "lock.release": 1, "lock.renew": 0, "lock.info": 0}
     )
-    rc.close()
 
 
-def test_asyncio_cluster_routes_by_key(cluster):
-    async def main():
-        rc = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
-        await rc.initialize()
-        keys = {}
-        i = 0
-        while len(keys) < len(cluster):
-            key = f"async-cluster-lock:{i}"
-            keys.setdefault(rc.get_node_from_key(key).port, key)
-            i += 1
-        for port, key in keys.items():
-            reset(cluster)
-            holder = rc.lock(key, timeout=10, lock_class=AsyncLock)
-            assert await holder.acquire(blocking=False)
-            waiter = AsyncLock(rc, key, timeout=10)
-            task = asyncio.create_task(waiter.acquire(blocking_timeout=5))
-            owner = next(n for n in cluster if n.port == port).client()
-            while owner.info("lock")["lock_waiting"] != 1:
-                await asyncio.sleep(0.005)
-            assert await holder.owned()
-            held = holder.fence
-            await holder.release()
-            assert await task
-            assert waiter.fence > held
-            await waiter.release()
-            assert_only_owner_ran(
-                cluster, port,
-                {"lock.acquire": 2, "lock.release": 2, "lock.renew": 0, "lock.info": 1},
-            )
-        await rc.aclose()
-
-    asyncio.run(main())
-
-
-
-def test_an_acquire_follows_ask_to_the_importing_node(cluster):
+def test_an_acquire_follows_ask_to_the_importing_node(api, cluster):
     """While a slot migrates, the old owner answers ASK for a key it no longer
     has; the acquire must go to the importing node, preceded by ASKING."""
-    rc = cluster_client(cluster)
+    rc = api.cluster_client(cluster)
     keys = key_per_node(rc, cluster)
     source_port, key = next(iter(keys.items()))
     source = next(n for n in cluster if n.port == source_port)
@@ -145,8 +97,8 @@ def test_an_acquire_follows_ask_to_the_importing_node(cluster):
     source.client().cluster("setslot", slot, "migrating", ids[target.port])
     try:
         reset(cluster)
-        lock = Lock(rc, key, timeout=10)
-        assert lock.acquire(blocking_timeout=1)
+        lock = api.Lock(rc, key, timeout=10)
+        assert api.run(lock.acquire(blocking_timeout=1))
         assert commandstat(target.client(), "lock.acquire") == 1
         assert commandstat(source.client(), "lock.acquire") == 0  # redirected
         asking = target.client(single_connection_client=True)
@@ -158,4 +110,3 @@ def test_an_acquire_follows_ask_to_the_importing_node(cluster):
     finally:
         for n in (source, target):
             n.client().cluster("setslot", slot, "stable")
-    rc.close()
