@@ -69,6 +69,11 @@ mod migrate;
 /// sell a stock of 500 under the lock; not one item more.
 #[path = "integration/oversell.rs"]
 mod oversell;
+/// A master cut off from its replicas (`min-replicas-to-write`): no
+/// hand-off where Redis refuses writes, the lag in a promotion's
+/// quarantine, `partition_safe` in `INFO lock`.
+#[path = "integration/partition.rs"]
+mod partition;
 /// Writes paused: a lease that ends during `CLIENT PAUSE`, a
 /// `FAILOVER` or a `SHUTDOWN` waiting for a replica hands off only after it.
 #[path = "integration/pause.rs"]
