@@ -95,6 +95,11 @@ mod races;
 /// a promoted replica keeps fences rising.
 #[path = "integration/replication.rs"]
 mod replication;
+/// Sentinel failovers in network namespaces (needs root): partitions and
+/// kills with clients on both sides, judged by overlaps, fences and a
+/// fenced store.
+#[path = "integration/sentinel.rs"]
+mod sentinel;
 /// What differs between Redis 7.0, Valkey 8.1, Redis 8.2 and Valkey 9.1:
 /// a lock replaced by another type and the notifications each sends,
 /// conditional deletes, hash-field expiry, when a hand-off after `DEL` runs,
