@@ -12,6 +12,7 @@
 
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
+use std::time::Instant;
 
 use redis_module::{logging, raw, Context, RedisValue};
 
@@ -27,6 +28,9 @@ thread_local! {
     /// What the last log line said about partition safety, so a `CONFIG SET`
     /// of something else logs nothing: (max-ttl, never, settings).
     static LOGGED: Cell<Option<(u64, bool, Settings)>> = const { Cell::new(None) };
+    /// When Redis last counted enough replicas while the gate was shut (the
+    /// marker was asked for): the log says how long the proof then took.
+    static COUNTED_SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// Whether the replicas let the module grant and take fresh lock commands.
@@ -141,8 +145,10 @@ pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
         return;
     }
     let view = read_view(ctx);
+    let was_open = gate.open();
     let action = gate.observe(&view);
     GATE.set(gate);
+    log_transition(was_open, gate.open(), action);
     if let Action::WriteMarker { target } = action {
         if !MARKER_ARMED.replace(true) {
             let data = target as usize as *mut c_void;
@@ -150,6 +156,31 @@ pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
                 MARKER_ARMED.set(false);
             }
         }
+    }
+}
+
+/// Logs the gate shutting and opening again: rare (a partition, a replica
+/// restart, a promotion), and what an operator wants to see next to
+/// Sentinel's log. The time between Redis counting its replicas again and
+/// their proof is the time the module refused what Redis would have taken.
+fn log_transition(was_open: bool, open: bool, action: Action) {
+    if matches!(action, Action::WriteMarker { .. }) && COUNTED_SINCE.get().is_none() {
+        COUNTED_SINCE.set(Some(Instant::now()));
+    }
+    if was_open && !open {
+        COUNTED_SINCE.set(None);
+        logging::log_notice(
+            "lock: too few replicas follow this master: no grants and no fresh \
+             lock commands until enough of them acknowledge a write made after this",
+        );
+    } else if !was_open && open {
+        let ms = COUNTED_SINCE
+            .take()
+            .map_or(0, |since| since.elapsed().as_millis());
+        logging::log_notice(format!(
+            "lock: replicas follow this master again ({ms} ms after Redis counted \
+             them good): grants resume"
+        ));
     }
 }
 
