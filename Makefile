@@ -101,7 +101,7 @@ bench-client: build ## Redlock over 3 local servers: this client vs the rslock c
 # The long partition run: 20 rounds of each kind (partitions, some followed
 # by a second failover at once, and kills) with Sentinel in network
 # namespaces, on Redis 7.0 (root needed for `ip netns`; CI runs as root).
-partition: build python-env ## Sentinel failovers under partitions and kills, 20 rounds of each with the recommended settings, and the overlaps without them (root; ~15 min)
+partition: build python-env ## Sentinel failovers under partitions and kills, 20 rounds of each with the recommended settings, and the overlaps without them (root; ~20 min)
 	cargo build --release --workspace --examples
 	LOCK_PARTITION_ROUNDS=20 LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release --test integration sentinel:: -- --test-threads=1 --nocapture
 

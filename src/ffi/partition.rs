@@ -8,10 +8,13 @@
 //! (Redis recounts its good replicas in its replication cron, which runs
 //! just before the module cron event of the same tick) and when a replica
 //! comes, goes or the role changes (the only other times Redis recounts).
-//! So the cached answer is never older than Redis's own.
+//! So the cached answer is never older than Redis's own. The marker is
+//! followed by `REPLCONF GETACK *` to the replicas, so the proof comes back
+//! in a round trip rather than at their next once-a-second acknowledgement.
 
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
+use std::ptr;
 use std::time::Instant;
 
 use redis_module::{logging, raw, Context, RedisValue};
@@ -148,7 +151,8 @@ pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
     let was_open = gate.open();
     let action = gate.observe(&view);
     GATE.set(gate);
-    log_transition(was_open, gate.open(), action);
+    let redis_refuses = !view.master || view.good < gate.settings().min_replicas;
+    log_transition(was_open, gate.open(), action, redis_refuses);
     if let Action::WriteMarker { target } = action {
         if !MARKER_ARMED.replace(true) {
             let data = target as usize as *mut c_void;
@@ -161,10 +165,13 @@ pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
 
 /// Logs the gate shutting and opening again: rare (a partition, a replica
 /// restart, a promotion), and what an operator wants to see next to
-/// Sentinel's log. The time between Redis counting its replicas again and
-/// their proof is the time the module refused what Redis would have taken.
-fn log_transition(was_open: bool, open: bool, action: Action) {
-    if matches!(action, Action::WriteMarker { .. }) && COUNTED_SINCE.get().is_none() {
+/// Sentinel's log. The time from Redis counting enough replicas again to
+/// their proof is time the module refused what Redis would have taken; a
+/// count that falls again before any proof (a replaced master's late
+/// acknowledgements after a heal) is logged too, with how long it lasted.
+fn log_transition(was_open: bool, open: bool, action: Action, redis_refuses: bool) {
+    let counted = COUNTED_SINCE.get();
+    if matches!(action, Action::WriteMarker { .. }) && counted.is_none() {
         COUNTED_SINCE.set(Some(Instant::now()));
     }
     if was_open && !open {
@@ -181,6 +188,15 @@ fn log_transition(was_open: bool, open: bool, action: Action) {
             "lock: replicas follow this master again ({ms} ms after Redis counted \
              them good): grants resume"
         ));
+    } else if redis_refuses {
+        if let Some(since) = COUNTED_SINCE.take() {
+            logging::log_notice(format!(
+                "lock: replicas Redis counted good for {} ms never acknowledged the \
+                 marker (late acknowledgements to a replaced master?): the module \
+                 refused lock commands and grants meanwhile",
+                since.elapsed().as_millis()
+            ));
+        }
     }
 }
 
@@ -205,6 +221,35 @@ extern "C" fn write_marker(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         let mut gate = GATE.get();
         gate.marker_written(target);
         GATE.set(gate);
+        // Replicas acknowledge once a second on their own; asking now makes
+        // the proof a round trip. Its own timer, so that it is not wrapped
+        // with the marker in a MULTI.
+        create_timer(ctx, 0, ask_for_acks, ptr::null_mut());
+    });
+}
+
+/// `REPLCONF GETACK *` to the replicas only (not the AOF), as Redis sends
+/// for `WAIT`: each replica answers with its offset, past the marker if it
+/// follows this master.
+extern "C" fn ask_for_acks(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard("replicas ack request", (), || {
+        let master = context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
+        if writes_paused() || !master {
+            return;
+        }
+        // SAFETY: two C strings for "cc"; "A" keeps it out of the AOF; a
+        // timer's context may replicate.
+        unsafe {
+            raw::RedisModule_Replicate.map(|f| {
+                f(
+                    ctx,
+                    c"REPLCONF".as_ptr(),
+                    c"ccA".as_ptr(),
+                    c"GETACK".as_ptr(),
+                    c"*".as_ptr(),
+                )
+            });
+        }
     });
 }
 
