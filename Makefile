@@ -22,7 +22,7 @@ SERVERS := REDIS7 VALKEY REDIS8 VALKEY9
 ON_REDIS7 :=
 # Root installs directly; anyone else through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-APT_PACKAGES := redis-server redis-tools clang libclang-dev
+APT_PACKAGES := redis-server redis-tools redis-sentinel clang libclang-dev
 
 .PHONY: help deps build valkey servers run test model unit integration integration-valkey lint clean
 
@@ -56,7 +56,7 @@ servers: valkey ## Install the test servers beside Debian's Redis 7.0: Valkey 8.
 	@chmod +x $(REDIS8_SERVER) $(VALKEY9_SERVER)
 
 test: build servers python-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's and the Python suite on each of the four servers
-	cargo build --release --examples
+	cargo build --release --workspace --examples
 	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
 	@for server in $(SERVERS); do \
@@ -75,12 +75,12 @@ model: ## Model-check the core (model/): every model at its full bounds, states,
 unit: ## Unit tests of the pure core only (no Redis needed)
 	cargo test --release -p redislock-core
 
-integration: build ## Integration tests on Debian's redis-server (real server processes)
-	cargo build --release --examples
+integration: build python-env ## Integration tests on Debian's redis-server (real server processes)
+	cargo build --release --workspace --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release --test integration -- --test-threads=4
 
-integration-valkey: build valkey ## The same integration tests on Valkey 8.1
-	cargo build --release --examples
+integration-valkey: build valkey python-env ## The same integration tests on Valkey 8.1
+	cargo build --release --workspace --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
 lint: ## rustfmt and clippy over the workspace (module, client, model), as before every commit
@@ -98,7 +98,14 @@ bench-quick: build ## The module-vs-recipes benchmark only, fewer and shorter ru
 bench-client: build ## Redlock over 3 local servers: this client vs the rslock crate, latency and contention (< 2 min)
 	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench -p redislock-client --bench redlock
 
-.PHONY: bench bench-quick bench-client
+# The long partition run: 20 rounds of each kind (partitions, some followed
+# by a second failover at once, and kills) with Sentinel in network
+# namespaces, on Redis 7.0 (root needed for `ip netns`; CI runs as root).
+partition: build python-env ## Sentinel failovers under partitions and kills, 20 rounds of each with the recommended settings, and the overlaps without them (root; ~20 min)
+	cargo build --release --workspace --examples
+	LOCK_PARTITION_ROUNDS=20 LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release --test integration sentinel:: -- --test-threads=1 --nocapture
+
+.PHONY: partition bench bench-quick bench-client
 
 # `make bench-instr INSTR_SERVERS=REDIS7` measures on one server only.
 INSTR_SERVERS := REDIS7 REDIS8

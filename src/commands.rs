@@ -11,7 +11,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 use crate::args;
 use crate::error::LockError;
 use crate::ffi::key::{Access, Lease, LockKey};
-use crate::ffi::{config, guard, now_ms, waiting, Args};
+use crate::ffi::{config, guard, now_ms, partition, waiting, Args};
 use crate::lock::{self, Acquire, Barriers};
 use crate::{fence, stats};
 
@@ -24,6 +24,7 @@ const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
 pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.ACQUIRE", input, |argv| {
         let req = args::parse_acquire(argv, config::max_ttl())?;
+        replicas_follow(ctx)?;
         let key_name = input.key()?;
         // Clients wait on this lock: if it is free (its lease ended), it is
         // theirs, first come first served. Hand it over now, in this command.
@@ -98,6 +99,7 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
 pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.REENTER", input, |argv| {
         let req = args::parse_reenter(argv, config::max_ttl())?;
+        replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, key.now())?;
@@ -152,6 +154,7 @@ pub fn release(ctx: &Context, input: &Args) -> RedisResult {
 pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.RENEW", input, |argv| {
         let req = args::parse_renew(argv, config::max_ttl())?;
+        replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, key.now())?;
@@ -169,6 +172,7 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
 pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.FENCE", input, |argv| {
         let req = args::parse_fence(argv, now_ms())?;
+        replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let hold = lock::fence(key.current()?, req.owner, req.min_fence, key.now())?;
@@ -247,6 +251,24 @@ pub fn last_fence(ctx: &Context, input: &Args) -> RedisResult {
         ctx.replicate_verbatim();
         Ok(RedisValue::SimpleStringStatic("OK"))
     })
+}
+
+/// Refuses a command that begins or lengthens a hold on a master whose
+/// replicas Redis counts as good again but which have not yet shown that
+/// they follow it (see [`crate::partition`]): after a partition heals, the
+/// old master may count replicas that Sentinel has moved to the new master.
+/// (Where Redis itself counts too few, it refuses before the module runs.)
+fn replicas_follow(ctx: &Context) -> Result<(), LockError> {
+    if partition::open() {
+        return Ok(());
+    }
+    let flags = ctx.get_flags();
+    let from_master = flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING);
+    if flags.contains(ContextFlags::MASTER) && !from_master {
+        Err(LockError::NoReplicas)
+    } else {
+        Ok(())
+    }
 }
 
 /// Runs one command body with the boundary rules: argument bytes in, errors

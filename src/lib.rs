@@ -23,7 +23,9 @@
 pub mod commands;
 pub mod ffi;
 
-pub use redislock_core::{args, cluster, error, fence, handoff, lock, quarantine, queue, stats};
+pub use redislock_core::{
+    args, cluster, error, fence, handoff, lock, partition, quarantine, queue, stats,
+};
 
 // Unit tests run without Redis, so they use the system allocator and skip
 // the registration; the module allocates through Redis so that

@@ -91,6 +91,25 @@ impl Client {
         })
     }
 
+    /// The master that Redis Sentinel monitors as `name` (see the async
+    /// `Client::sentinel`).
+    pub fn sentinel<I: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = I>,
+        name: &str,
+    ) -> Result<Client, Error> {
+        let bg = Background::start()?;
+        let conn = Conn::sentinel(
+            sentinels,
+            name,
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+        )?;
+        Ok(Client {
+            inner: AsyncClient::with_conn(conn, bg.tasks.clone()),
+            bg,
+        })
+    }
+
     pub fn cluster<I: IntoConnectionInfo>(
         nodes: impl IntoIterator<Item = I>,
     ) -> Result<Client, Error> {

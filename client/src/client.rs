@@ -77,6 +77,19 @@ impl Client {
         Ok(Client::with_conn(conn, TaskTracker::new()))
     }
 
+    /// A client for the master that Redis Sentinel monitors as `name`, given
+    /// some of the Sentinels (`redis://host:26379/`). Each new connection asks
+    /// them where the master is, and checks its `ROLE`; a connection whose
+    /// server answers `READONLY` (demoted) or `NOREPLICAS` (cut off from its
+    /// replicas) is dropped, so the next command asks again.
+    pub fn sentinel<I: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = I>,
+        name: &str,
+    ) -> Result<Client, Error> {
+        let conn = Conn::sentinel(sentinels, name, RESPONSE_TIMEOUT, CONNECT_TIMEOUT)?;
+        Ok(Client::with_conn(conn, TaskTracker::new()))
+    }
+
     /// A client for a Redis Cluster, given some of its nodes. Each command
     /// goes to the node serving its key.
     pub fn cluster<I: IntoConnectionInfo>(

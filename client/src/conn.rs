@@ -1,6 +1,7 @@
 //! Connections: one shared, multiplexed link per server (or per cluster),
 //! opened lazily and opened again after it broke; and links of their own for
-//! commands that park on the server (`LOCK.ACQUIRE … WAIT`).
+//! commands that park on the server (`LOCK.ACQUIRE … WAIT`). Behind Sentinel,
+//! each new link asks the Sentinels where the master is now.
 
 use std::time::Duration;
 
@@ -17,6 +18,11 @@ use crate::error::Error;
 enum Target {
     Single(Box<redis::Client>),
     Cluster(Vec<ConnectionInfo>),
+    /// The master Sentinels know by `name`.
+    Sentinel {
+        sentinels: Vec<ConnectionInfo>,
+        name: String,
+    },
 }
 
 /// A live link to a server or a cluster; cheap to clone (multiplexed).
@@ -76,6 +82,29 @@ impl Conn {
         ))
     }
 
+    pub(crate) fn sentinel<I: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = I>,
+        name: &str,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Conn, Error> {
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()?;
+        if sentinels.is_empty() {
+            return Err(Error::InvalidOptions("Sentinel discovery needs a Sentinel"));
+        }
+        Ok(Conn::new(
+            Target::Sentinel {
+                sentinels,
+                name: name.to_string(),
+            },
+            response_timeout,
+            connect_timeout,
+        ))
+    }
+
     fn new(target: Target, response_timeout: Duration, connect_timeout: Duration) -> Conn {
         Conn {
             target,
@@ -91,7 +120,13 @@ impl Conn {
         let mut link = self.shared_link().await?;
         let reply = link.query(cmd).await;
         if let Err(err) = &reply {
-            if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+            let broken =
+                err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error();
+            // Behind Sentinel, a demoted master answers READONLY, and one cut
+            // off from its replicas NOREPLICAS: ask the Sentinels again.
+            let moved = matches!(self.target, Target::Sentinel { .. })
+                && matches!(err.code(), Some("READONLY" | "NOREPLICAS"));
+            if broken || moved {
                 *self.shared.lock().await = None;
             }
         }
@@ -120,14 +155,18 @@ impl Conn {
 
     async fn open(&self, response_timeout: Option<Duration>) -> Result<Link, Error> {
         match &self.target {
-            Target::Single(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.connect_timeout))
-                    .set_response_timeout(response_timeout);
-                let conn = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                Ok(Link::Single(conn))
+            Target::Single(client) => Ok(Link::Single(
+                self.open_single(client, response_timeout).await?,
+            )),
+            Target::Sentinel { sentinels, name } => {
+                let mut last = None;
+                for sentinel in sentinels {
+                    match self.master_via(sentinel, name, response_timeout).await {
+                        Ok(conn) => return Ok(Link::Single(conn)),
+                        Err(err) => last = Some(err),
+                    }
+                }
+                Err(last.unwrap_or(Error::NoMaster("no Sentinel")))
             }
             Target::Cluster(nodes) => {
                 // The cluster client wants a bound: a very long one stands
@@ -139,6 +178,50 @@ impl Conn {
                     .build()?;
                 Ok(Link::Cluster(client.get_async_connection().await?))
             }
+        }
+    }
+}
+
+impl Conn {
+    async fn open_single(
+        &self,
+        client: &redis::Client,
+        response_timeout: Option<Duration>,
+    ) -> Result<MultiplexedConnection, Error> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(response_timeout);
+        Ok(client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+
+    /// Asks `sentinel` where the master `name` is, connects there and checks
+    /// with `ROLE` that it is a master (a Sentinel that has not yet seen a
+    /// failover may name the old one, now a replica).
+    async fn master_via(
+        &self,
+        sentinel: &ConnectionInfo,
+        name: &str,
+        response_timeout: Option<Duration>,
+    ) -> Result<MultiplexedConnection, Error> {
+        let asked = redis::Client::open(sentinel.clone())?;
+        let mut conn = self
+            .open_single(&asked, Some(self.response_timeout))
+            .await?;
+        let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(name)
+            .query_async(&mut conn)
+            .await?;
+        let (host, port) =
+            addr.ok_or(Error::NoMaster("the Sentinel knows no master by that name"))?;
+        let master = redis::Client::open(format!("redis://{host}:{port}/"))?;
+        let mut conn = self.open_single(&master, response_timeout).await?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
+        match role.first() {
+            Some(redis::Value::BulkString(word)) if word == b"master" => Ok(conn),
+            _ => Err(Error::NoMaster("the server Sentinel named is not a master")),
         }
     }
 }

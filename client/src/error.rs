@@ -30,6 +30,9 @@ pub enum Error {
     /// Options the client refuses before sending anything (a zero ttl, an
     /// even number of Redlock servers, …).
     InvalidOptions(&'static str),
+    /// Sentinel discovery found no master: no Sentinel answered, none knows
+    /// the name, or the server named is not (yet) a master.
+    NoMaster(&'static str),
     /// Anything else from the connection or the server: I/O, timeouts,
     /// cluster redirections that did not settle, unexpected error replies.
     Transport(redis::RedisError),
@@ -88,6 +91,7 @@ impl fmt::Display for Error {
                  (loadmodule /path/to/libredislock.so)"
             ),
             Error::InvalidOptions(why) => write!(f, "invalid options: {why}"),
+            Error::NoMaster(why) => write!(f, "no master found through Sentinel: {why}"),
             Error::Transport(err) => write!(f, "redis: {err}"),
         }
     }

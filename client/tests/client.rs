@@ -18,6 +18,10 @@ mod examples;
 /// fenced store hammered while servers are killed, restarted and paused.
 #[path = "client/redlock.rs"]
 mod redlock;
+/// Sentinel discovery: the master found through a `redis-sentinel`, and the
+/// new one after a failover.
+#[path = "client/sentinel.rs"]
+mod sentinel;
 /// One server: guard, watchdog, waits (longer than the ttl too) and their
 /// cancellation, drops, `with_lock`, the blocking API.
 #[path = "client/single.rs"]

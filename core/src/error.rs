@@ -32,6 +32,10 @@ pub enum LockError {
     NotOwner,
     /// The reentrancy count would overflow.
     CountOverflow,
+    /// `min-replicas-to-write` is set and replicas are missing, or have not
+    /// yet shown that they follow this master again after they were: the
+    /// master may have been replaced. Redis's own refusal, same text.
+    NoReplicas,
     /// `LOCK.APPLY` or `LOCK.LASTFENCE` sent by a normal client: only the
     /// master's replication stream and AOF loading may set a lock's state or
     /// the fence counter directly.
@@ -58,6 +62,7 @@ impl LockError {
             }
             LockError::NotOwner => "NOTOWNER the lock is not held by this owner",
             LockError::CountOverflow => "ERR reentrancy count overflow",
+            LockError::NoReplicas => "NOREPLICAS Not enough good replicas to write.",
             LockError::InternalCommand => {
                 "ERR LOCK.APPLY and LOCK.LASTFENCE are internal: only replication and AOF loading may call them"
             }

@@ -14,8 +14,9 @@
 //! Rules kept here:
 //! - First come, first served: [`Engine::serve`] grants only the head of a
 //!   lock's queue, and only when the lock is free (or its lease has ended).
-//! - Nothing is granted while the gate is closed — writes paused, or the
-//!   node in quarantine after a start or a promotion: a lock to serve then
+//! - Nothing is granted while the gate is closed — writes paused, too few
+//!   replicas (where Redis would refuse a write), or the node in quarantine
+//!   after a start or a promotion: a lock to serve then
 //!   stays pending, and one retry timer brings it back ([`Serve::Deferred`]).
 //! - A timer is never armed for "never", and no delay exceeds
 //!   [`MAX_DELAY_MS`]; a lock has at most one lease check armed, the earliest.
@@ -35,6 +36,11 @@ pub const MAX_DELAY_MS: u64 = 1 << 40;
 /// How soon a paused server is looked at again, in ms: hand-offs resume
 /// within this much of the pause's end.
 pub const PAUSE_RETRY_MS: u64 = 2;
+
+/// How soon a master whose replicas are missing is looked at again, in ms:
+/// the replicas gate moves at the server's cron (every 100 ms at `hz 10`)
+/// or when a replica comes back, so hand-offs resume this soon after.
+pub const REPLICAS_RETRY_MS: u64 = 10;
 
 /// A parked client: who it will hold the lock as, for how long, and the
 /// glue's handle to answer it.
@@ -90,7 +96,8 @@ pub enum Gate {
     /// Yes.
     Open,
     /// No, for about `retry_in_ms`: writes are paused ([`PAUSE_RETRY_MS`]),
-    /// or the quarantine has that long to run.
+    /// replicas are missing ([`REPLICAS_RETRY_MS`]), or the quarantine has
+    /// that long to run.
     Closed { retry_in_ms: u64 },
 }
 

@@ -14,7 +14,8 @@
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` |
 //! | [`queue`] | the FIFO of clients waiting on each lock |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |
-//! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion |
+//! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion (plus the replicas' lag after a promotion) |
+//! | [`partition`] | the replicas gate: no grant where Redis would refuse writes for lack of replicas, nor until they are seen following again |
 //! | [`cluster`] | hash slots and where a migrated key went |
 //! | [`stats`] | counters for `INFO lock` |
 
@@ -25,6 +26,7 @@ pub mod fence;
 pub mod handoff;
 pub mod limits;
 pub mod lock;
+pub mod partition;
 pub mod quarantine;
 pub mod queue;
 pub mod stats;

@@ -1,11 +1,14 @@
 //! The quarantine: after a start or a promotion, a node begins no fresh hold
-//! for `lock.max-ttl` ms (failover and restart safety).
+//! for `lock.max-ttl` ms; after a promotion, plus `min-replicas-max-lag`.
 //!
 //! Why it is enough: every hold this node (or the master it replaced) may
 //! have forgotten — an acquisition its replica never received, an AOF write
 //! not yet on disk — was granted or renewed before that moment with a lease
 //! of at most `lock.max-ttl`. Once the quarantine is over, every such lease
 //! has ended, so granting again cannot give a lock to a second live holder.
+//! A master cut off from its replicas may go on granting after it was
+//! replaced, until Redis's `min-replicas-max-lag` makes it refuse writes:
+//! a promoted node waits that long too, so those grants have ended as well.
 //!
 //! Pure: time is the monotonic clock in ms, passed in (a wall clock that
 //! jumps must not shorten the quarantine).
@@ -63,9 +66,19 @@ pub struct Quarantine {
 
 impl Quarantine {
     /// `cause` happened at `now` with the configs `mode` and `max_ttl_ms`
-    /// (0: no cap, so no quarantine). Returns whether one (re)started; a
-    /// running one only ever gets longer.
-    pub fn begin(&mut self, cause: Cause, mode: Mode, max_ttl_ms: u64, now: u64) -> bool {
+    /// (0: no cap, so no quarantine), and `lag_ms`, how long an isolated
+    /// master may still grant after its replicas last answered
+    /// (`min-replicas-max-lag` in ms; 0 when Redis does not refuse writes
+    /// for lack of replicas), which a promotion adds. Returns whether one
+    /// (re)started; a running one only ever gets longer.
+    pub fn begin(
+        &mut self,
+        cause: Cause,
+        mode: Mode,
+        max_ttl_ms: u64,
+        lag_ms: u64,
+        now: u64,
+    ) -> bool {
         let applies = match (mode, cause) {
             (Mode::Never, _) => false,
             (Mode::Promotion, Cause::Start) => false,
@@ -74,11 +87,16 @@ impl Quarantine {
         if !applies || max_ttl_ms == 0 {
             return false;
         }
-        // A hold granted up to `now` with a lease of at most `max_ttl_ms`
-        // runs through `now + max_ttl_ms`: it has ended one ms later.
-        self.until = self
-            .until
-            .max(lock::first_ended_ms(now.saturating_add(max_ttl_ms)));
+        // A hold granted up to `now` (up to `now + lag_ms` by a master that
+        // lost its replicas and was replaced) with a lease of at most
+        // `max_ttl_ms` runs through that plus `max_ttl_ms`: it has ended one
+        // ms later. A restart replaced nobody: its old self is gone.
+        let lag_ms = match cause {
+            Cause::Promotion => lag_ms,
+            Cause::Start => 0,
+        };
+        let last_lease_end = now.saturating_add(lag_ms).saturating_add(max_ttl_ms);
+        self.until = self.until.max(lock::first_ended_ms(last_lease_end));
         true
     }
 
@@ -116,7 +134,7 @@ mod tests {
         for (mode, cause, starts) in table {
             let mut q = Quarantine::default();
             assert_eq!(
-                q.begin(cause, mode, 1_000, NOW),
+                q.begin(cause, mode, 1_000, 0, NOW),
                 starts,
                 "{mode:?} {cause:?}"
             );
@@ -129,14 +147,14 @@ mod tests {
     #[test]
     fn no_cap_means_no_quarantine() {
         let mut q = Quarantine::default();
-        assert!(!q.begin(Cause::Promotion, Mode::Always, 0, NOW));
+        assert!(!q.begin(Cause::Promotion, Mode::Always, 0, 2_000, NOW));
         assert_eq!(q.gate(NOW), Gate::Open);
     }
 
     #[test]
     fn the_gate_closes_for_max_ttl_then_opens() {
         let mut q = Quarantine::default();
-        q.begin(Cause::Start, Mode::Always, 1_000, NOW);
+        q.begin(Cause::Start, Mode::Always, 1_000, 0, NOW);
         let table = [
             (NOW, Gate::Closed { retry_in_ms: 1_001 }),
             // A lease of 1,000 granted at NOW still runs in this ms.
@@ -152,11 +170,34 @@ mod tests {
     #[test]
     fn a_quarantine_only_grows() {
         let mut q = Quarantine::default();
-        q.begin(Cause::Start, Mode::Always, 1_000, NOW);
-        q.begin(Cause::Promotion, Mode::Always, 10, NOW + 100); // shorter: kept
+        q.begin(Cause::Start, Mode::Always, 1_000, 0, NOW);
+        q.begin(Cause::Promotion, Mode::Always, 10, 0, NOW + 100); // shorter: kept
         assert_eq!(q.remaining(NOW), 1_001);
-        q.begin(Cause::Promotion, Mode::Always, 2_000, NOW + 100);
+        q.begin(Cause::Promotion, Mode::Always, 2_000, 0, NOW + 100);
         assert_eq!(q.remaining(NOW), 2_101);
+    }
+
+    #[test]
+    fn a_promotion_adds_the_replica_lag_and_a_start_does_not() {
+        // (cause, max-ttl, lag, ms left at NOW)
+        let table = [
+            // An isolated master grants up to 1 s after the cut; its holds
+            // run 1 s more, through their last ms.
+            (Cause::Promotion, 1_000, 1_000, 2_001),
+            (Cause::Promotion, 1_000, 0, 1_001),
+            (Cause::Promotion, 60_000, 10_000, 70_001),
+            // A restart replaced no master: no lag to wait for.
+            (Cause::Start, 1_000, 1_000, 1_001),
+            // No cap, no quarantine, lag or not.
+            (Cause::Promotion, 0, 1_000, 0),
+        ];
+        for (cause, max_ttl, lag, left) in table {
+            let mut q = Quarantine::default();
+            q.begin(cause, Mode::Always, max_ttl, lag, NOW);
+            assert_eq!(q.remaining(NOW), left, "{cause:?} {max_ttl} {lag}");
+            // Open exactly when the last lease has ended.
+            assert_eq!(q.gate(NOW + left), Gate::Open, "{cause:?} {max_ttl} {lag}");
+        }
     }
 
     #[test]

@@ -59,8 +59,14 @@ pub static EXPIRED_HELD: Counter = Counter::new();
 pub static NOTOWNER: Counter = Counter::new();
 
 /// The section's fields in order, as (name, value). `last_fence` comes from
-/// the fence generator, `quarantine_ms` from the quarantine.
-pub fn fields(last_fence: u64, quarantine_ms: u64) -> [(&'static str, i64); 12] {
+/// the fence generator, `quarantine_ms` from the quarantine,
+/// `partition_safe` from the configs (1: failover safety holds under
+/// partitions).
+pub fn fields(
+    last_fence: u64,
+    quarantine_ms: u64,
+    partition_safe: bool,
+) -> [(&'static str, i64); 13] {
     let c = |c: &Counter| i64::try_from(c.get()).unwrap_or(i64::MAX);
     [
         ("held", HELD.get()),
@@ -78,5 +84,6 @@ pub fn fields(last_fence: u64, quarantine_ms: u64) -> [(&'static str, i64); 12] 
             "quarantine_ms",
             i64::try_from(quarantine_ms).unwrap_or(i64::MAX),
         ),
+        ("partition_safe", i64::from(partition_safe)),
     ]
 }

@@ -290,7 +290,7 @@ impl Model for FailoverModel {
                 s.crashes += 1;
                 let mut node = Node::empty();
                 node.quarantine
-                    .begin(Cause::Start, Mode::Always, max_ttl, s.now);
+                    .begin(Cause::Start, Mode::Always, max_ttl, 0, s.now);
                 s.master = node;
                 // The replica resynchronises from the restarted master.
                 if s.replica.is_some() {
@@ -303,7 +303,7 @@ impl Model for FailoverModel {
                 let mut promoted = s.replica.take()?;
                 promoted
                     .quarantine
-                    .begin(Cause::Promotion, Mode::Always, max_ttl, s.now);
+                    .begin(Cause::Promotion, Mode::Always, max_ttl, 0, s.now);
                 s.master = promoted;
                 s.stream.clear();
             }

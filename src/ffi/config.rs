@@ -1,5 +1,6 @@
 //! Module configs (`lock.max-ttl`, `lock.quarantine`) and the quarantine's
-//! clock and state.
+//! clock and state. A promotion's quarantine adds Redis's
+//! `min-replicas-max-lag`, which its caller reads (`ffi::partition`).
 //!
 //! The configs are registered with the server's module-config API, so they
 //! are set like any config: in `redis.conf` after `loadmodule`, on the
@@ -42,6 +43,11 @@ fn mode() -> Mode {
     Mode::from_index(MODE.load(Relaxed)).unwrap_or(Mode::Always)
 }
 
+/// Whether `lock.quarantine` is `never`.
+pub fn quarantine_never() -> bool {
+    mode() == Mode::Never
+}
+
 /// Milliseconds on the monotonic clock (since the module loaded).
 fn mono_ms() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -50,11 +56,20 @@ fn mono_ms() -> u64 {
 }
 
 /// `cause` happened now: start the quarantine if the configs say so.
-pub fn begin_quarantine(cause: Cause) {
+///
+/// `lag_ms`: how long a master cut off from its replicas may still grant
+/// (`min-replicas-max-lag`, see `ffi::partition`), which a promotion adds.
+pub fn begin_quarantine(cause: Cause, lag_ms: u64) {
     let mut q = QUARANTINE.get();
     // `mono_ms` truncates: count from the next whole millisecond, so the
     // quarantine never ends before the cause's instant + max-ttl.
-    q.begin(cause, mode(), max_ttl(), mono_ms().saturating_add(1));
+    q.begin(
+        cause,
+        mode(),
+        max_ttl(),
+        lag_ms,
+        mono_ms().saturating_add(1),
+    );
     QUARANTINE.set(q);
 }
 
@@ -71,7 +86,7 @@ pub fn quarantine_gate() -> Gate {
 /// A load ended: at start-up, the quarantine counts from now.
 pub fn loading_ended() {
     if STARTING.get() {
-        begin_quarantine(Cause::Start);
+        begin_quarantine(Cause::Start, 0);
     }
 }
 
@@ -125,7 +140,7 @@ pub fn register(ctx: &Context) -> Result<(), &'static str> {
         create_timer(ctx.ctx, 0, started, ptr::null_mut());
     }
     STARTING.set(true);
-    begin_quarantine(Cause::Start);
+    begin_quarantine(Cause::Start, 0);
     Ok(())
 }
 

@@ -10,6 +10,7 @@ pub mod config;
 pub mod datatype;
 pub mod events;
 pub mod key;
+pub mod partition;
 pub mod propagation;
 pub mod upgrade;
 pub mod waiting;
@@ -101,7 +102,9 @@ extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
     guard("info", (), || {
         // An empty section name makes Redis name the section after the module.
         raw::add_info_section(ctx, None);
-        for (name, value) in stats::fields(fence::last(), config::quarantine_ms()) {
+        for (name, value) in
+            stats::fields(fence::last(), config::quarantine_ms(), partition::safe())
+        {
             raw::add_info_field_long_long(ctx, name, value);
         }
     });

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::{raw, Context};
 
 use crate::fence;
-use crate::ffi::{config, context_flags, create_timer, guard, now_ms, writes_paused};
+use crate::ffi::{config, context_flags, create_timer, guard, now_ms, partition, writes_paused};
 use crate::handoff::PAUSE_RETRY_MS;
 use crate::quarantine::Cause;
 
@@ -47,6 +47,7 @@ pub fn needed() -> bool {
 /// Reads the condition now (module load).
 pub fn watch(ctx: &Context) -> Result<(), &'static str> {
     refresh(ctx.ctx);
+    partition::watch(ctx)?;
     let events = [
         raw::REDISMODULE_EVENT_FORK_CHILD,
         raw::REDISMODULE_EVENT_REPLICA_CHANGE,
@@ -73,7 +74,8 @@ pub fn watch(ctx: &Context) -> Result<(), &'static str> {
 
 /// A fork, a replica change or a role change: read the condition again. A
 /// replica that becomes a master also starts its quarantine (it may lack
-/// holds its old master granted): one callback, as a module has one per event.
+/// holds its old master granted), and the replicas gate looks again: one
+/// callback, as a module has one per event.
 extern "C" fn on_event(
     ctx: *mut raw::RedisModuleCtx,
     event: raw::RedisModuleEvent,
@@ -90,8 +92,10 @@ extern "C" fn on_event(
         let promoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
             && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
         if promoted {
-            config::begin_quarantine(Cause::Promotion);
+            config::begin_quarantine(Cause::Promotion, partition::lag_ms());
         }
+        // Redis recounts its good replicas when one comes or goes.
+        partition::refresh(ctx);
     });
 }
 

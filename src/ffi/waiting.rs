@@ -19,7 +19,10 @@
 //! - While the server pauses writes (`CLIENT PAUSE`, `FAILOVER`, `SHUTDOWN`
 //!   waiting for replicas) the module writes nothing on its own
 //!   (`RedisModule_AvoidReplicaTraffic`): the engine keeps the work and a
-//!   short retry timer brings it back when the pause ends.
+//!   short retry timer brings it back when the pause ends. The same holds
+//!   where Redis would refuse a write for lack of replicas
+//!   (`min-replicas-to-write`, see `ffi::partition`): a master cut off from
+//!   its replicas hands nothing over.
 //! - A granted client's reply is written by the server later, when it
 //!   handles the clients modules unblocked (before it next sleeps). Redis
 //!   7.0's `CLIENT UNBLOCK` of a client in that state — from any command run
@@ -47,7 +50,7 @@ use std::ptr::{self, NonNull};
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::ffi::key::{Access, Lease, LockKey};
-use crate::ffi::{self, config};
+use crate::ffi::{self, config, partition};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
 use crate::lock::{self, Hold, TtlFix};
@@ -285,14 +288,28 @@ pub fn serve_now(ctx: &Context, name: &LockName) {
 }
 
 /// Whether the module may write on its own now (a master, not loading):
-/// closed while the server pauses writes.
+/// closed while the server pauses writes, and wherever Redis would refuse
+/// a client's write for lack of replicas (or they have not yet shown that
+/// they follow this master again, see [`crate::partition`]).
 fn write_gate() -> Gate {
     if writes_paused() {
         Gate::Closed {
             retry_in_ms: handoff::PAUSE_RETRY_MS,
         }
     } else {
+        replicas_gate()
+    }
+}
+
+/// The replicas part of [`write_gate`]. Inside a command Redis has checked
+/// its own count already, but not whether the replicas follow this master.
+fn replicas_gate() -> Gate {
+    if partition::open() {
         Gate::Open
+    } else {
+        Gate::Closed {
+            retry_in_ms: handoff::REPLICAS_RETRY_MS,
+        }
     }
 }
 
@@ -308,9 +325,14 @@ fn serve(ctx: &Context, name: &LockName, in_command: bool) {
     if !in_command && not_a_writer(ctx.ctx) {
         return;
     }
-    let gate = match (in_command, write_gate()) {
-        (false, paused @ Gate::Closed { .. }) => paused,
-        _ => config::quarantine_gate(),
+    let writes = if in_command {
+        replicas_gate()
+    } else {
+        write_gate()
+    };
+    let gate = match writes {
+        closed @ Gate::Closed { .. } => closed,
+        Gate::Open => config::quarantine_gate(),
     };
     if gate != Gate::Open {
         // The key is not even opened: during a pause Redis keeps expired

@@ -80,6 +80,7 @@ pub const LOCK_INFO_FIELDS: &[&str] = &[
     "lock_notowner",
     "lock_last_fence",
     "lock_quarantine_ms",
+    "lock_partition_safe",
 ];
 
 /// A replica of `master`, started and with its link to the master up.

@@ -53,6 +53,11 @@ mod migrate;
 /// The oversell test: 16 worker processes (`examples/oversell_worker.rs`)
 /// sell a stock of 500 under the lock; not one item more.
 mod oversell;
+/// A master cut off from its replicas (`min-replicas-to-write`): no
+/// hand-off where Redis refuses writes, the lag in a promotion's
+/// quarantine, `partition_safe` in `INFO lock`.
+#[path = "integration/partition.rs"]
+mod partition;
 /// Writes paused: a lease that ends during `CLIENT PAUSE`, a
 /// `FAILOVER` or a `SHUTDOWN` waiting for a replica hands off only after it.
 mod pause;
@@ -69,6 +74,11 @@ mod races;
 /// Master and replica hold the same state; a read-only replica refuses writes;
 /// a promoted replica keeps fences rising.
 mod replication;
+/// Sentinel failovers in network namespaces (needs root): partitions and
+/// kills with clients on both sides, judged by overlaps, fences and a
+/// fenced store.
+#[path = "integration/sentinel.rs"]
+mod sentinel;
 /// What differs between Redis 7.0, Valkey 8.1, Redis 8.2 and Valkey 9.1:
 /// a lock replaced by another type and the notifications each sends,
 /// conditional deletes, hash-field expiry, when a hand-off after `DEL` runs,
