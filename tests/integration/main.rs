@@ -56,7 +56,6 @@ mod oversell;
 /// A master cut off from its replicas (`min-replicas-to-write`): no
 /// hand-off where Redis refuses writes, the lag in a promotion's
 /// quarantine, `partition_safe` in `INFO lock`.
-#[path = "integration/partition.rs"]
 mod partition;
 /// Writes paused: a lease that ends during `CLIENT PAUSE`, a
 /// `FAILOVER` or a `SHUTDOWN` waiting for a replica hands off only after it.
@@ -77,7 +76,6 @@ mod replication;
 /// Sentinel failovers in network namespaces (needs root): partitions and
 /// kills with clients on both sides, judged by overlaps, fences and a
 /// fenced store.
-#[path = "integration/sentinel.rs"]
 mod sentinel;
 /// What differs between Redis 7.0, Valkey 8.1, Redis 8.2 and Valkey 9.1:
 /// a lock replaced by another type and the notifications each sends,
