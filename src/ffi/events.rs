@@ -21,7 +21,7 @@ use redis_module::{raw, Context, RedisString};
 
 use crate::ffi::key::{Access, LockKey};
 use crate::ffi::{config, datatype, upgrade};
-use crate::ffi::{guard, now_ms, waiting};
+use crate::ffi::{guard, now_ms, subscribe_to_server_event, waiting};
 use crate::queue::LockName;
 use crate::{fence, stats};
 
@@ -50,8 +50,8 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_SWAPDB,
         raw::REDISMODULE_EVENT_LOADING,
     ];
-    // SAFETY: called at module load with its context; the callbacks are
-    // plain functions that live as long as the module.
+    // SAFETY: called at module load with its context; the callback is a
+    // plain function that lives as long as the module.
     unsafe {
         let ok = raw::Status::Ok as c_int;
         let keyspace = raw::RedisModule_SubscribeToKeyspaceEvents
@@ -59,13 +59,10 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
         if keyspace != ok {
             return Err("cannot subscribe to keyspace events");
         }
-        for id in server_events {
-            let event = raw::RedisModuleEvent { id, dataver: 1 };
-            let status = raw::RedisModule_SubscribeToServerEvent
-                .map_or(!ok, |f| f(ctx.ctx, event, Some(on_server_event)));
-            if status != ok {
-                return Err("cannot subscribe to server events");
-            }
+    }
+    for id in server_events {
+        if !subscribe_to_server_event(ctx.ctx, id, Some(on_server_event)) {
+            return Err("cannot subscribe to server events");
         }
     }
     Ok(())

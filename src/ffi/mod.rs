@@ -70,6 +70,24 @@ pub(crate) fn create_timer(
     unsafe { raw::RedisModule_CreateTimer.map_or(0, |f| f(ctx, delay, Some(callback), data)) }
 }
 
+/// Subscribes `callback` to the server event `id`, or unsubscribes (`None`).
+/// `false` if the server refused. (Never unsubscribe from inside that
+/// callback: the server would free the listener it is still using.)
+pub(crate) fn subscribe_to_server_event(
+    ctx: *mut raw::RedisModuleCtx,
+    id: u64,
+    callback: raw::RedisModuleEventCallback,
+) -> bool {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    // SAFETY: a live context of this module; the callback is a plain
+    // function that lives as long as the module.
+    let status = unsafe {
+        raw::RedisModule_SubscribeToServerEvent
+            .map_or(raw::Status::Err as c_int, |f| f(ctx, event, callback))
+    };
+    status == raw::Status::Ok as c_int
+}
+
 /// Runs `body`; if it panics, logs and returns `fallback` instead.
 pub fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {

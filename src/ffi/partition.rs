@@ -20,7 +20,9 @@ use std::time::Instant;
 use redis_module::{logging, raw, Context, RedisValue};
 
 use crate::fence;
-use crate::ffi::{config, context_flags, create_timer, guard, writes_paused};
+use crate::ffi::{
+    config, context_flags, create_timer, guard, subscribe_to_server_event, writes_paused,
+};
 use crate::partition::{self, Action, Partition, Settings, View};
 
 thread_local! {
@@ -67,18 +69,7 @@ pub fn watch(ctx: &Context) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_CRON_LOOP,
         raw::REDISMODULE_EVENT_CONFIG,
     ] {
-        // SAFETY: module load, with its context; the callback is a plain
-        // function that lives as long as the module.
-        let status = unsafe {
-            raw::RedisModule_SubscribeToServerEvent.map_or(raw::Status::Err as c_int, |f| {
-                f(
-                    ctx.ctx,
-                    raw::RedisModuleEvent { id, dataver: 1 },
-                    Some(on_event),
-                )
-            })
-        };
-        if status != raw::Status::Ok as c_int {
+        if !subscribe_to_server_event(ctx.ctx, id, Some(on_event)) {
             return Err("cannot subscribe to the cron and config events");
         }
     }

@@ -29,7 +29,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::{raw, Context};
 
 use crate::fence;
-use crate::ffi::{config, context_flags, create_timer, guard, now_ms, partition, writes_paused};
+use crate::ffi::{config, context_flags, create_timer, guard, now_ms, partition};
+use crate::ffi::{subscribe_to_server_event, writes_paused};
 use crate::handoff::PAUSE_RETRY_MS;
 use crate::quarantine::Cause;
 
@@ -54,18 +55,7 @@ pub fn watch(ctx: &Context) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
     ];
     for id in events {
-        // SAFETY: called at module load with its context; the callback is a
-        // plain function that lives as long as the module.
-        let status = unsafe {
-            raw::RedisModule_SubscribeToServerEvent.map_or(raw::Status::Err as c_int, |f| {
-                f(
-                    ctx.ctx,
-                    raw::RedisModuleEvent { id, dataver: 1 },
-                    Some(on_event),
-                )
-            })
-        };
-        if status != raw::Status::Ok as c_int {
+        if !subscribe_to_server_event(ctx.ctx, id, Some(on_event)) {
             return Err("cannot subscribe to replication events");
         }
     }

@@ -650,17 +650,7 @@ fn hook_before_sleep(
     ctx: *mut raw::RedisModuleCtx,
     callback: raw::RedisModuleEventCallback,
 ) -> bool {
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_EVENTLOOP,
-        dataver: 1,
-    };
-    // SAFETY: a live context of this module; the callback is a plain
-    // function that lives as long as the module.
-    let status = unsafe {
-        raw::RedisModule_SubscribeToServerEvent
-            .map_or(raw::Status::Err as c_int, |f| f(ctx, event, callback))
-    };
-    status == raw::Status::Ok as c_int
+    ffi::subscribe_to_server_event(ctx, raw::REDISMODULE_EVENT_EVENTLOOP, callback)
 }
 
 /// After the deferred grants were answered: unsubscribes the before-sleep
