@@ -28,6 +28,12 @@ pub enum LockError {
     BadOwner,
     /// The key holds a value of another type.
     WrongType,
+    /// A shared request whose limit (or lack of one) differs from the
+    /// shared lock's, or from that of a shared request waiting on it.
+    LimitMismatch,
+    /// The owner of a shared hold asked for an exclusive one: two readers
+    /// upgrading would wait on each other for ever.
+    Upgrade,
     /// The caller does not hold the lock (never held, released, or lease ended).
     NotOwner,
     /// The reentrancy count would overflow.
@@ -59,6 +65,12 @@ impl LockError {
             LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",
             LockError::WrongType => {
                 "WRONGTYPE Operation against a key holding the wrong kind of value"
+            }
+            LockError::LimitMismatch => {
+                "ERR the lock is shared with another LIMIT (or a request waiting on it is)"
+            }
+            LockError::Upgrade => {
+                "ERR the owner holds the lock shared: release it before asking for it exclusively"
             }
             LockError::NotOwner => "NOTOWNER the lock is not held by this owner",
             LockError::CountOverflow => "ERR reentrancy count overflow",

@@ -11,6 +11,7 @@
 //! | [`limits`] | the grammar's limits (`ttl-ms`, owner length, `min-fence` reach) |
 //! | [`error`] | the one error enum and its reply texts |
 //! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes |
+//! | [`holds`] | holds of either mode: exclusive, or shared by owners up to a limit (read locks, semaphores) |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` |
 //! | [`queue`] | the FIFO of clients waiting on each lock |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |
@@ -24,6 +25,7 @@ pub mod cluster;
 pub mod error;
 pub mod fence;
 pub mod handoff;
+pub mod holds;
 pub mod limits;
 pub mod lock;
 pub mod partition;
