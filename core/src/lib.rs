@@ -18,6 +18,7 @@
 //! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion (plus the replicas' lag after a promotion) |
 //! | [`partition`] | the replicas gate: no grant where Redis would refuse writes for lack of replicas, nor until they are seen following again |
 //! | [`cluster`] | hash slots and where a migrated key went |
+//! | [`histogram`] | latency histograms (log-linear, within 1%) for `INFO lock`'s `wait_usec` and `hold_usec` |
 //! | [`stats`] | counters for `INFO lock` |
 
 pub mod args;
@@ -25,6 +26,7 @@ pub mod cluster;
 pub mod error;
 pub mod fence;
 pub mod handoff;
+pub mod histogram;
 pub mod holds;
 pub mod limits;
 pub mod lock;
