@@ -5,9 +5,11 @@
 //! overwrites (`SET`) and flushes keys and pauses writes. The server side is
 //! the module's own core — [`lock`] decides each command, [`fence::next`]
 //! issues fences, [`Engine`] (with its [`queue`](redislock_core::queue)) decides
-//! hand-offs — and this file's glue does what `src/commands.rs` and
-//! `src/ffi/waiting.rs` do around it: write the key, issue the fence, arm
-//! timers, answer handles, take back grants never replied.
+//! hand-offs — put in order by the module's own sequencing,
+//! [`orchestrate`] (what `src/commands.rs` and `src/ffi/waiting.rs` call).
+//! This file only implements its [`Host`] on the model's state: a key is a
+//! slot, a timer an entry, a reply a field of the client; and it records
+//! what the properties need (who queued first, what was revoked).
 //!
 //! Time is a tick counter passed to the core as `now_ms`. Work the server
 //! owes (a pump job, a due timer, a reply to write) runs before time moves
