@@ -1,8 +1,9 @@
 //! The command handlers: parse → apply → reply, one thin function each.
 //!
-//! Parsing is [`crate::args`], deciding is [`crate::lock`]; a handler opens
-//! the key, asks the core, stores the answer (which also replicates it) and
-//! replies. Errors travel as [`LockError`] and become replies in [`run`].
+//! Parsing is [`crate::args`]; deciding and its sequencing — open the key,
+//! ask [`crate::lock`], store the answer (which also replicates it), serve
+//! or park waiters — is [`crate::orchestrate`], run against the server
+//! ([`Server`]); a handler parses, calls it and replies. Errors travel as [`LockError`] and become replies in [`run`].
 
 use std::os::raw::c_int;
 
@@ -11,12 +12,12 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 use crate::args;
 use crate::error::LockError;
 use crate::ffi::key::{Access, Lease, LockKey};
-use crate::ffi::{config, guard, now_ms, partition, waiting, Args};
-use crate::lock::{self, Acquire, Barriers};
-use crate::{fence, stats};
+use crate::ffi::waiting::{self, Server};
+use crate::ffi::{config, guard, now_ms, partition, Args};
+use crate::orchestrate::{self, Acquired};
+use crate::{fence, lock, stats};
 
 const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
-const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
 
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
@@ -26,72 +27,14 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_acquire(argv, config::max_ttl())?;
         replicas_follow(ctx)?;
         let key_name = input.key()?;
-        // Clients wait on this lock: if it is free (its lease ended), it is
-        // theirs, first come first served. Hand it over now, in this command.
-        if let Some(name) = waiting::waiting_on(ctx, &key_name) {
-            waiting::serve_now(ctx, &name);
-        }
-        let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        let now = key.now();
-        let current = key.current()?;
-        let holder_until = current
-            .filter(|lock| lock.is_live(now))
-            .map(|lock| lock.hold.expires_at);
-        let free = holder_until.is_none();
-        let barriers = Barriers {
-            waiters: free && waiting::waiting_on(ctx, &key_name).is_some(),
-            quarantined: config::quarantine_ms() > 0,
-        };
-        let decision = lock::acquire(current, req.owner, req.ttl_ms, now, barriers, || {
-            fence::issue(now)
-        })?;
-        match decision {
-            Acquire::Fresh(hold) => {
-                if current.is_some() {
-                    // The previous hold's lease ended: free it as Redis would.
-                    waiting::inline(|| {
-                        key.delete();
-                        key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
-                    });
-                }
-                key.apply(req.owner, hold, Lease::Moved);
-                key.notify(NOTIFY_MODULE, c"lock.acquire");
-                stats::ACQUIRED.incr();
-                Ok(integer(hold.fence))
-            }
-            Acquire::Reentered(hold) => {
-                key.apply(req.owner, hold, Lease::Moved);
-                key.notify(NOTIFY_MODULE, c"lock.reenter");
-                stats::REENTERED.incr();
-                waiting::owner_active(ctx, &key_name, req.owner);
-                waiting::lease_changed(ctx, &key_name, hold.expires_at);
-                Ok(integer(hold.fence))
-            }
-            Acquire::Busy => match req.wait_ms {
-                Some(timeout) if waiting::can_block(ctx) => {
-                    drop(key);
-                    let name = waiting::lock_name(ctx, &key_name);
-                    let blocked = waiting::block(
-                        ctx,
-                        name.clone(),
-                        req.owner,
-                        req.ttl_ms,
-                        timeout,
-                        holder_until,
-                    );
-                    if !blocked {
-                        return Ok(RedisValue::Null);
-                    }
-                    if free {
-                        // Free but not grantable now (quarantine): the
-                        // engine serves it when the gate opens.
-                        waiting::serve_now(ctx, &name);
-                    }
-                    Ok(RedisValue::NoReply)
-                }
-                _ => Ok(RedisValue::Null),
-            },
-        }
+        let mut host = Server::new(ctx);
+        let acquired =
+            orchestrate::acquire(&mut host, &key_name, req.owner, req.ttl_ms, req.wait_ms)?;
+        Ok(match acquired {
+            Acquired::Held(hold) => integer(hold.fence),
+            Acquired::Nil => RedisValue::Null,
+            Acquired::Parked => RedisValue::NoReply,
+        })
     })
 }
 
@@ -101,18 +44,7 @@ pub fn reenter(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_reenter(argv, config::max_ttl())?;
         replicas_follow(ctx)?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        let hold = lock::reenter(key.current()?, req.owner, req.ttl_ms, key.now())?;
-        let lease = if req.ttl_ms.is_some() {
-            Lease::Moved
-        } else {
-            Lease::Kept
-        };
-        key.apply(req.owner, hold, lease);
-        key.notify(NOTIFY_MODULE, c"lock.reenter");
-        stats::REENTERED.incr();
-        waiting::owner_active(ctx, &key_name, req.owner);
-        waiting::lease_changed(ctx, &key_name, hold.expires_at);
+        let hold = orchestrate::reenter(&mut Server::new(ctx), &key_name, req.owner, req.ttl_ms)?;
         Ok(integer(hold.count))
     })
 }
@@ -124,29 +56,8 @@ pub fn release(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.RELEASE", input, |argv| {
         let req = args::parse_release(argv)?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        let remaining = lock::release(key.current()?, req.owner, req.all, key.now())?;
-        stats::RELEASED.incr();
-        waiting::owner_active(ctx, &key_name, req.owner);
-        match remaining {
-            Some(hold) => {
-                key.apply(req.owner, hold, Lease::Kept);
-                key.notify(NOTIFY_MODULE, c"lock.release");
-                Ok(integer(hold.count))
-            }
-            None => {
-                waiting::inline(|| {
-                    key.notify(NOTIFY_MODULE, c"lock.release");
-                    key.delete();
-                    key.notify(NOTIFY_GENERIC, c"del");
-                });
-                drop(key);
-                if let Some(name) = waiting::waiting_on(ctx, &key_name) {
-                    waiting::serve_now(ctx, &name);
-                }
-                Ok(RedisValue::Integer(0))
-            }
-        }
+        let remaining = orchestrate::release(&mut Server::new(ctx), &key_name, req.owner, req.all)?;
+        Ok(integer(remaining.map_or(0, |hold| hold.count)))
     })
 }
 
@@ -156,13 +67,7 @@ pub fn renew(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_renew(argv, config::max_ttl())?;
         replicas_follow(ctx)?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        let hold = lock::renew(key.current()?, req.owner, req.ttl_ms, key.now())?;
-        key.apply(req.owner, hold, Lease::Moved);
-        key.notify(NOTIFY_MODULE, c"lock.renew");
-        stats::RENEWED.incr();
-        waiting::owner_active(ctx, &key_name, req.owner);
-        waiting::lease_changed(ctx, &key_name, hold.expires_at);
+        orchestrate::renew(&mut Server::new(ctx), &key_name, req.owner, req.ttl_ms)?;
         Ok(RedisValue::Integer(1))
     })
 }
@@ -181,7 +86,7 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         // (`LOCK.APPLY` observes the fence it carries).
         fence::observe(hold.fence);
         key.notify(NOTIFY_MODULE, c"lock.fence");
-        waiting::owner_active(ctx, &key_name, req.owner);
+        orchestrate::owner_active(&mut Server::new(ctx), &key_name, req.owner);
         Ok(integer(hold.fence))
     })
 }

@@ -2,15 +2,16 @@
 //!
 //! The command reference is `docs/commands.md`. The logic lives in the
 //! Redis-free crate `redislock-core` (`core/`: the lock state machine,
-//! fences, the wait queue, the hand-off engine, the quarantine, argument
-//! parsing, counters), re-exported here under the same names; this crate is
-//! the glue that runs it inside `redis-server`:
+//! fences, the wait queue, the hand-off engine, the sequencing around them,
+//! the quarantine, argument parsing, counters), re-exported here under the
+//! same names; this crate is the glue that runs it inside `redis-server`:
 //!
 //! | path | what lives there | touches Redis? |
 //! |---|---|---|
 //! | `core/` ([`lock`], [`handoff`], [`args`], …) | the logic, pure, time passed in | no |
-//! | [`commands`] | one handler per command: parse → apply → reply | safe API |
-//! | [`ffi`] | all raw C API use: data type, keys, blocking, events, configs | `unsafe` |
+//! | `core/` [`orchestrate`] | the sequencing: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks; generic over its `Host` trait | no |
+//! | [`commands`] | one handler per command: parse → call the core → reply | safe API |
+//! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`orchestrate`] and blocked clients (`ffi::waiting`), events, configs | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock` (owner, count,
 //! fence, lease end) in one allocation; the lease is mirrored as the key's
@@ -24,7 +25,7 @@ pub mod commands;
 pub mod ffi;
 
 pub use redislock_core::{
-    args, cluster, error, fence, handoff, lock, partition, quarantine, queue, stats,
+    args, cluster, error, fence, handoff, lock, orchestrate, partition, quarantine, queue, stats,
 };
 
 // Unit tests run without Redis, so they use the system allocator and skip

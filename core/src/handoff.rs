@@ -84,7 +84,7 @@ pub struct Grant<H> {
     /// glue frees it (as the expiry Redis would run) before writing.
     pub end_previous: bool,
     /// The new hold's lease end: the waiter's ttl from now, at most the
-    /// lease cap in force now ([`Engine::cap_leases`]).
+    /// lease cap given to [`Engine::serve`].
     pub until: u64,
     /// Clients still wait: check again at the new lease's end.
     pub then: Option<Timer>,
@@ -157,8 +157,6 @@ pub struct Engine<H> {
     pending_set: HashSet<LockName>,
     /// The locks in `pending.ttl_fixes`, likewise.
     fixes_set: HashSet<LockName>,
-    /// The longest lease a grant may give (`lock.max-ttl`; `None`: no cap).
-    lease_cap: Option<u64>,
     /// A pump (post-notification job or 0 ms timer) is armed.
     pump_armed: bool,
     /// The pause retry timer is armed.
@@ -178,7 +176,6 @@ impl<H> Default for Engine<H> {
             pending: Pending::default(),
             pending_set: HashSet::new(),
             fixes_set: HashSet::new(),
-            lease_cap: None,
             pump_armed: false,
             retry_armed: false,
             lease_checks: HashMap::new(),
@@ -199,7 +196,6 @@ impl<H: Hash> Hash for Engine<H> {
         self.pending.hash(state);
         sorted(self.pending_set.iter()).hash(state);
         sorted(self.fixes_set.iter()).hash(state);
-        self.lease_cap.hash(state);
         self.pump_armed.hash(state);
         self.retry_armed.hash(state);
         sorted(self.lease_checks.iter()).hash(state);
@@ -296,13 +292,6 @@ impl<H> Engine<H> {
         self.arm_pump()
     }
 
-    /// The longest lease a grant may give from now on (`None`: no cap): a
-    /// client already waiting with a longer ttl gets at most this when it
-    /// is granted, so no lease outlives a cap lowered while it waited.
-    pub fn cap_leases(&mut self, cap_ms: Option<u64>) {
-        self.lease_cap = cap_ms;
-    }
-
     /// The pump runs: everything pending, in order.
     pub fn take_pending(&mut self) -> Pending {
         self.pump_armed = false;
@@ -350,8 +339,18 @@ impl<H> Engine<H> {
     }
 
     /// Looks at `name`, whose key the glue found in state `key` at `now`,
-    /// and decides. `gate`: whether the module may grant now.
-    pub fn serve(&mut self, name: &LockName, key: Key, now: u64, gate: Gate) -> Serve<H> {
+    /// and decides. `gate`: whether the module may grant now. `lease_cap`:
+    /// the longest lease a grant may give now (`lock.max-ttl`; `None`: no
+    /// cap), so a client that waited with a longer ttl gets at most this and
+    /// no lease outlives a cap lowered while it waited.
+    pub fn serve(
+        &mut self,
+        name: &LockName,
+        key: Key,
+        now: u64,
+        gate: Gate,
+        lease_cap: Option<u64>,
+    ) -> Serve<H> {
         if !self.queues.has_waiters(name) {
             return Serve::Wait(None);
         }
@@ -377,9 +376,7 @@ impl<H> Engine<H> {
         let Some((id, waiter)) = self.queues.pop(name) else {
             return Serve::Wait(None);
         };
-        let ttl_ms = self
-            .lease_cap
-            .map_or(waiter.ttl_ms, |cap| waiter.ttl_ms.min(cap));
+        let ttl_ms = lease_cap.map_or(waiter.ttl_ms, |cap| waiter.ttl_ms.min(cap));
         let until = now.saturating_add(ttl_ms);
         let then = if self.queues.has_waiters(name) {
             self.arm_lease_check(name.clone(), until, now)
@@ -526,11 +523,11 @@ mod tests {
             park(&mut e, "k", id);
         }
         let order: Vec<u64> = (0..3)
-            .map(|_| granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open)).id)
+            .map(|_| granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None)).id)
             .collect();
         assert_eq!(order, [7, 3, 9]);
         assert!(matches!(
-            e.serve(&name("k"), Key::Free, NOW, Gate::Open),
+            e.serve(&name("k"), Key::Free, NOW, Gate::Open, None),
             Serve::Wait(None)
         ));
     }
@@ -557,7 +554,7 @@ mod tests {
         for (key, grant, check) in table {
             let mut e = Engine::default();
             park(&mut e, "k", 1);
-            match e.serve(&name("k"), key, NOW, Gate::Open) {
+            match e.serve(&name("k"), key, NOW, Gate::Open, None) {
                 Serve::Grant(g) => {
                     assert!(grant, "{key:?}");
                     assert_eq!(g.end_previous, matches!(key, Key::Held { .. }));
@@ -583,25 +580,25 @@ mod tests {
         let mut e = Engine::default();
         park(&mut e, "a", 1);
         park(&mut e, "b", 2);
-        let first = e.serve(&name("a"), Key::Free, NOW, PAUSED);
+        let first = e.serve(&name("a"), Key::Free, NOW, PAUSED, None);
         assert!(matches!(
             first,
             Serve::Deferred {
                 retry_in_ms: Some(PAUSE_RETRY_MS)
             }
         ));
-        let second = e.serve(&name("b"), Key::Free, NOW, PAUSED);
+        let second = e.serve(&name("b"), Key::Free, NOW, PAUSED, None);
         assert!(matches!(second, Serve::Deferred { retry_in_ms: None }));
         // The retry fires once the pause is over: both, in order.
         e.retry_fired();
         let work = e.take_pending();
         assert_eq!(work.serves, [name("a"), name("b")]);
         assert_eq!(
-            granted(e.serve(&name("a"), Key::Free, NOW, Gate::Open)).id,
+            granted(e.serve(&name("a"), Key::Free, NOW, Gate::Open, None)).id,
             1
         );
         assert_eq!(
-            granted(e.serve(&name("b"), Key::Free, NOW, Gate::Open)).id,
+            granted(e.serve(&name("b"), Key::Free, NOW, Gate::Open, None)).id,
             2
         );
     }
@@ -682,8 +679,7 @@ mod tests {
                 ..waiter(1)
             };
             assert!(e.park(name("k"), 1, w, None, NOW).is_ok());
-            e.cap_leases(cap);
-            let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+            let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, cap));
             assert_eq!(g.until, NOW + want, "cap {cap:?}, ttl {ttl_ms}");
         }
     }
@@ -711,7 +707,7 @@ mod tests {
         assert_eq!(armed.ok().flatten().map(|t| t.at), Some(NOW + 51));
         // Released early: bob is handed the lock; the queue is empty, the
         // timer still armed.
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None));
         assert_eq!((g.until, g.then), (NOW + 100, None));
         // Someone waits behind bob: the armed check comes first and will
         // look at the lock, so no second timer.
@@ -720,7 +716,7 @@ mod tests {
         // When it fires, bob still holds it: the check moves to his lease end.
         e.lease_check_fired(&name("k"), NOW + 51);
         let held = Key::Held { until: g.until };
-        match e.serve(&name("k"), held, NOW + 51, Gate::Open) {
+        match e.serve(&name("k"), held, NOW + 51, Gate::Open, None) {
             Serve::Wait(timer) => assert_eq!(timer.map(|t| t.at), Some(g.until + 1)),
             other => panic!("expected a wait, got {other:?}"),
         }
@@ -741,9 +737,9 @@ mod tests {
         let mut e = Engine::default();
         park(&mut e, "k", 1);
         park(&mut e, "k", 2);
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None));
         assert_eq!(g.then.map(|t| t.at), Some(NOW + 101));
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None));
         assert_eq!(g.then, None);
     }
 
@@ -756,7 +752,7 @@ mod tests {
         assert!(e.leave(1).is_none());
         assert!(matches!(e.gone(1), Gone::Unknown));
         assert_eq!(
-            granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open)).id,
+            granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None)).id,
             2
         );
     }
@@ -765,7 +761,7 @@ mod tests {
     fn a_grant_never_replied_is_taken_back_once() {
         let mut e: Engine<Handle> = Engine::default();
         park(&mut e, "k", 1);
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None));
         let record = InFlight {
             name: name("k"),
             owner: g.waiter.owner.clone(),
@@ -805,7 +801,7 @@ mod tests {
     fn a_replied_grant_stands() {
         let mut e: Engine<Handle> = Engine::default();
         park(&mut e, "k", 1);
-        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open));
+        let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None));
         e.granted(
             g.id,
             InFlight {

@@ -1,8 +1,9 @@
 //! `redislock-core`: the lock module's logic, with no Redis in it.
 //!
 //! Everything here is pure — time is passed in as `now_ms`, nothing opens a
-//! key or replies to a client — so it is unit-tested without a server and
-//! model-checked by `model/`. The module crate at the root is the glue that
+//! key or replies to a client except through the [`orchestrate::Host`]
+//! trait — so it is unit-tested without a server and model-checked by
+//! `model/`, which implements that trait on its own state. The module crate at the root is the glue that
 //! runs it inside `redis-server`.
 //!
 //! | module | what lives there |
@@ -15,6 +16,7 @@
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` |
 //! | [`queue`] | the FIFO of clients waiting on each lock |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |
+//! | [`orchestrate`] | the sequencing around them, over a [`orchestrate::Host`]: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks |
 //! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion (plus the replicas' lag after a promotion) |
 //! | [`partition`] | the replicas gate: no grant where Redis would refuse writes for lack of replicas, nor until they are seen following again |
 //! | [`cluster`] | hash slots and where a migrated key went |
@@ -30,6 +32,7 @@ pub mod histogram;
 pub mod holds;
 pub mod limits;
 pub mod lock;
+pub mod orchestrate;
 pub mod partition;
 pub mod quarantine;
 pub mod queue;

@@ -2,9 +2,11 @@
 //!
 //! Each model is a small world — clients, one or more servers, a tick
 //! counter for time — whose server side calls the module's real core
-//! (`redislock_core::{lock, fence, queue, handoff}`), not a copy of it. The
-//! model's own "glue" does what `src/ffi` and `src/commands.rs` do around
-//! the core. The checker then walks every interleaving within the bounds
+//! (`redislock_core::{lock, fence, queue, handoff}`), not a copy of it; the
+//! server model also runs the module's sequencing,
+//! `redislock_core::orchestrate`, through its own `Host` (its state as the
+//! world: keys, timers, replies), the trait `src/ffi/waiting.rs` implements
+//! with the C API. The checker then walks every interleaving within the bounds
 //! and checks the guarantees in every state it reaches.
 //!
 //! | module | what it models |

@@ -5,9 +5,11 @@
 //! overwrites (`SET`) and flushes keys and pauses writes. The server side is
 //! the module's own core — [`lock`] decides each command, [`fence::next`]
 //! issues fences, [`Engine`] (with its [`queue`](redislock_core::queue)) decides
-//! hand-offs — and this file's glue does what `src/commands.rs` and
-//! `src/ffi/waiting.rs` do around it: write the key, issue the fence, arm
-//! timers, answer handles, take back grants never replied.
+//! hand-offs — put in order by the module's own sequencing,
+//! [`orchestrate`] (what `src/commands.rs` and `src/ffi/waiting.rs` call).
+//! This file only implements its [`Host`] on the model's state: a key is a
+//! slot, a timer an entry, a reply a field of the client; and it records
+//! what the properties need (who queued first, what was revoked).
 //!
 //! Time is a tick counter passed to the core as `now_ms`. Work the server
 //! owes (a pump job, a due timer, a reply to write) runs before time moves
@@ -17,11 +19,11 @@
 
 use std::fmt;
 
+use redislock_core::error::LockError;
 use redislock_core::fence;
-use redislock_core::handoff::{
-    self, Engine, Gate, Gone, Grant, InFlight, Key, Serve, Timer, Waiter,
-};
-use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock};
+use redislock_core::handoff::{Engine, Gate, Timer};
+use redislock_core::lock::{self, Hold, Lock};
+use redislock_core::orchestrate::{self, Acquired, Event, Host, Lease, Left, Nil, Removal};
 use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
@@ -342,8 +344,216 @@ impl ServerModel {
 }
 
 // ---------------------------------------------------------------------------
-// The glue: what src/ffi/waiting.rs and src/commands.rs do around the core.
+// The glue: the model's world as the module's own sequencing sees it.
 // ---------------------------------------------------------------------------
+
+/// The server side of the model as an [`orchestrate::Host`]: the shared
+/// sequencing (`redislock_core::orchestrate`, what the module runs) acts on
+/// the model's state through it. `caller`: the client whose command runs
+/// (the one a `WAIT` blocks).
+struct Server<'s> {
+    s: &'s mut State,
+    caller: usize,
+}
+
+impl<'s> Server<'s> {
+    /// The server's own work (a timer, a job): no client calls.
+    fn on(s: &'s mut State) -> Self {
+        Server {
+            s,
+            caller: usize::MAX,
+        }
+    }
+
+    /// A command of client `caller`.
+    fn command(s: &'s mut State, caller: usize) -> Self {
+        Server { s, caller }
+    }
+}
+
+impl Host for Server<'_> {
+    type Handle = Handle;
+    /// A command names its lock by index.
+    type Target = usize;
+    /// An open key: the lock's index.
+    type Key = usize;
+
+    fn engine<R>(&mut self, f: impl FnOnce(&mut Engine<Handle>) -> R) -> R {
+        f(&mut self.s.engine)
+    }
+
+    fn now(&self) -> u64 {
+        self.s.now
+    }
+
+    fn lock_name(&self, lock: &usize) -> LockName {
+        name(*lock)
+    }
+
+    fn open(&mut self, lock: &usize) -> usize {
+        self.s.open(*lock);
+        *lock
+    }
+
+    fn open_name(&mut self, name: &LockName, _in_command: bool) -> usize {
+        let lock = lock_index(name);
+        self.s.open(lock);
+        lock
+    }
+
+    /// Opening expired a key past its time: now is never past a key's.
+    fn key_now(&self, _: &usize) -> u64 {
+        self.s.now
+    }
+
+    fn current<'k>(&self, lock: &'k usize) -> Result<Option<Lock<'k>>, LockError> {
+        self.s.current(*lock).map_err(|()| LockError::WrongType)
+    }
+
+    fn expires_at(&self, lock: &usize) -> Option<u64> {
+        self.s.keys[*lock].expiry()
+    }
+
+    fn stored_lease(&self, lock: &usize) -> Option<u64> {
+        match self.s.keys[*lock] {
+            Slot::Lock { lease, .. } => Some(lease),
+            _ => None,
+        }
+    }
+
+    fn write(&mut self, lock: &mut usize, owner: &[u8], hold: Hold, _: Lease, _: Event) {
+        // The owner was answered for this hold: a revoke queued for it may
+        // rightly leave it alone (`lock::revocable`).
+        self.s.claimed(*lock, hold.fence);
+        self.s.keys[*lock] = Slot::Lock {
+            owner: owner_index(owner) as u8,
+            count: hold.count,
+            fence: hold.fence,
+            lease: hold.expires_at,
+        };
+    }
+
+    /// Removed while serving: the notification is not heard.
+    fn remove(&mut self, lock: &mut usize, _: Removal) {
+        self.s.remove(*lock);
+    }
+
+    /// The model changes no TTL behind the module's back (see the README):
+    /// no TTL is ever put back.
+    fn restore_expiry(&mut self, _: &mut usize, _: u64) {}
+
+    fn issue_fence(&mut self, _now: u64) -> u64 {
+        self.s.issue_fence()
+    }
+
+    fn is_writer(&self) -> bool {
+        true
+    }
+
+    fn writes_paused(&mut self) -> bool {
+        if self.s.paused {
+            self.s.seen.deferred = true;
+        }
+        self.s.paused
+    }
+
+    fn replicas_follow(&self) -> bool {
+        true
+    }
+
+    /// This model has no quarantine (model 2 has).
+    fn quarantine_gate(&self) -> Gate {
+        Gate::Open
+    }
+
+    fn quarantined(&self) -> bool {
+        false
+    }
+
+    fn lease_cap(&self) -> Option<u64> {
+        None
+    }
+
+    fn arm_lease_check(&mut self, timer: Timer) {
+        let Timer { name, at, delay_ms } = timer;
+        debug_assert_eq!(at, self.s.now + delay_ms);
+        self.s.arm(Armed::Lease {
+            lock: lock_index(&name) as u8,
+            at,
+        });
+    }
+
+    fn arm_retry(&mut self, delay_ms: u64) {
+        let at = self.s.now + delay_ms;
+        self.s.arm(Armed::Retry { at });
+    }
+
+    fn arm_pump(&mut self, _from_command: bool) {
+        self.s.pumps += 1;
+    }
+
+    fn can_block(&self) -> bool {
+        true
+    }
+
+    fn block(&mut self, name: &LockName, timeout: u64) -> Option<(u64, Handle)> {
+        let (client, lock) = (self.caller, lock_index(name));
+        let c = &mut self.s.clients[client];
+        c.waits += 1;
+        let handle = Handle {
+            client: client as u8,
+            conn: c.conn,
+            wait: c.waits,
+        };
+        c.blocked = Some((lock as u8, c.waits));
+        self.s.line[lock].push(client as u8);
+        if timeout > 0 {
+            let at = self.s.now + timeout;
+            self.s.arm(Armed::Deadline {
+                client: client as u8,
+                conn: handle.conn,
+                at,
+            });
+        }
+        Some((ServerModel::id(client, handle.conn), handle))
+    }
+
+    fn reply_granted(&mut self, _id: u64, handle: Handle, name: &LockName, fence: u64, until: u64) {
+        let (lock, client) = (lock_index(name), handle.client);
+        // The model's own line: the grant must go to its head, and to a
+        // client still in it.
+        match self.s.line[lock].first() {
+            Some(&head) if head == client => {}
+            _ if !self.s.line[lock].contains(&client) => self.s.broken.left = true,
+            _ => self.s.broken.order = true,
+        }
+        self.s.seen.handoff = true;
+        if self.s.seen.deferred {
+            self.s.seen.handoff_after_pause = true;
+        }
+        let lock = lock as u8;
+        let reply = Reply::Granted { lock, fence, until };
+        self.s.answer(handle, Some(reply));
+    }
+
+    fn reply_nil(&mut self, _id: u64, handle: Handle, why: Nil) {
+        match why {
+            Nil::Refused => self.s.answer(handle, Some(Reply::Nil)),
+            Nil::TimedOut => {
+                self.s.seen.timed_out = true;
+                self.s.answer(handle, Some(Reply::Nil));
+            }
+            Nil::Left => self.s.answer(handle, None),
+        }
+    }
+
+    /// One node: a lock never moves.
+    fn moved_to(&mut self, _: &LockName) -> Option<String> {
+        None
+    }
+
+    fn redirect(&mut self, _: &LockName, _: &str) {}
+}
 
 impl State {
     /// The owner token client `client` uses now: its index in [`OWNERS`].
@@ -379,10 +589,10 @@ impl State {
 
     /// Opens a key: Redis deletes it first if it has expired (now past its
     /// expiry) and tells the module (`expired`).
-    fn open(&mut self, lock: usize, inline: bool) {
+    fn open(&mut self, lock: usize) {
         if self.keys[lock].expiry().is_some_and(|at| at < self.now) {
             self.remove(lock);
-            self.key_left(lock, inline);
+            self.key_left(lock);
         }
     }
 
@@ -403,28 +613,15 @@ impl State {
     }
 
     /// A keyspace notification of a key leaving (`events::keyspace_event`).
-    fn key_left(&mut self, lock: usize, inline: bool) {
-        if inline || !self.engine.anyone_waiting() {
-            return;
-        }
-        if self.engine.freed(name(lock)) {
-            self.pumps += 1;
+    fn key_left(&mut self, lock: usize) {
+        if self.engine.anyone_waiting() {
+            orchestrate::freed(&mut Server::on(self), name(lock), true);
         }
     }
 
     fn arm(&mut self, timer: Armed) {
         self.timers.push(timer);
         self.timers.sort();
-    }
-
-    fn arm_lease_check(&mut self, timer: Option<Timer>) {
-        if let Some(Timer { name, at, delay_ms }) = timer {
-            debug_assert_eq!(at, self.now + delay_ms);
-            self.arm(Armed::Lease {
-                lock: lock_index(&name) as u8,
-                at,
-            });
-        }
     }
 
     fn disarm_deadline(&mut self, client: usize) {
@@ -456,238 +653,9 @@ impl State {
         fence
     }
 
-    /// `waiting::serve`: looks at a lock and carries out the engine's decision.
-    fn serve(&mut self, lock: usize, in_command: bool) {
-        // Writes paused (a command never runs then), else the quarantine's
-        // gate: this model has no quarantine (model 2 has), so it is open.
-        let gate = if !in_command && self.paused {
-            Gate::Closed {
-                retry_in_ms: handoff::PAUSE_RETRY_MS,
-            }
-        } else {
-            Gate::Open
-        };
-        if gate != Gate::Open {
-            self.seen.deferred = true;
-            // The glue does not open the key while paused.
-            if let Serve::Deferred {
-                retry_in_ms: Some(delay),
-            } = self.engine.serve(&name(lock), Key::Free, self.now, gate)
-            {
-                self.arm(Armed::Retry {
-                    at: self.now + delay,
-                });
-            }
-            return;
-        }
-        self.open(lock, false);
-        let seen = match self.current(lock) {
-            Ok(None) => Key::Free,
-            Ok(Some(held)) => Key::Held {
-                until: held.hold.expires_at,
-            },
-            Err(()) => Key::Foreign {
-                until: self.keys[lock].expiry(),
-            },
-        };
-        match self.engine.serve(&name(lock), seen, self.now, Gate::Open) {
-            Serve::Wait(timer) => self.arm_lease_check(timer),
-            Serve::Deferred { .. } => {}
-            Serve::Grant(grant) => self.hand_over(lock, grant),
-        }
-    }
-
-    /// `waiting::hand_over`: writes the lock for the waiter, answers it.
-    fn hand_over(&mut self, lock: usize, grant: Grant<Handle>) {
-        let Grant {
-            id,
-            waiter,
-            end_previous,
-            until,
-            then,
-        } = grant;
-        let client = waiter.handle.client;
-        // The model's own line: the grant must go to its head, and to a
-        // client still in it.
-        match self.line[lock].first() {
-            Some(&head) if head == client => {}
-            _ if !self.line[lock].contains(&client) => self.broken.left = true,
-            _ => self.broken.order = true,
-        }
-        let token = owner_index(&waiter.owner) as u8;
-        if end_previous {
-            self.remove(lock);
-        }
-        let fence = self.issue_fence();
-        self.keys[lock] = Slot::Lock {
-            owner: token,
-            count: 1,
-            fence,
-            lease: until,
-        };
-        self.engine.granted(
-            id,
-            InFlight {
-                name: name(lock),
-                owner: waiter.owner,
-                fence,
-            },
-        );
-        self.seen.handoff = true;
-        if self.seen.deferred {
-            self.seen.handoff_after_pause = true;
-        }
-        self.answer(
-            waiter.handle,
-            Some(Reply::Granted {
-                lock: lock as u8,
-                fence,
-                until,
-            }),
-        );
-        self.arm_lease_check(then);
-    }
-
-    /// `waiting::revoke`: frees a lock granted to a client that never got
-    /// the reply, if it is still that grant, and serves the next waiter.
-    fn revoke(&mut self, grant: &InFlight) {
-        let lock = lock_index(&grant.name);
-        self.open(lock, false);
-        if lock::revocable(self.current(lock).ok().flatten(), &grant.owner, grant.fence) {
-            self.remove(lock);
-            self.serve(lock, false);
-        }
-    }
-
-    /// `waiting::pump`.
-    fn pump(&mut self) {
-        let work = self.engine.take_pending();
-        if work == handoff::Pending::default() {
-            return;
-        }
-        if self.paused {
-            self.seen.deferred = true;
-            if let Some(delay) = self.engine.defer(work, handoff::PAUSE_RETRY_MS) {
-                self.arm(Armed::Retry {
-                    at: self.now + delay,
-                });
-            }
-            return;
-        }
-        for grant in &work.revokes {
-            self.revoke(grant);
-        }
-        for name in &work.serves {
-            self.serve(lock_index(name), false);
-        }
-    }
-
-    /// `waiting::lease_changed`: the holder's lease now ends at `at`.
-    fn lease_changed(&mut self, lock: usize, at: u64) {
-        if self.engine.has_waiters(&name(lock)) {
-            let timer = self.engine.lease_moved(&name(lock), at, self.now);
-            self.arm_lease_check(timer);
-        }
-    }
-
     /// A hold this client believes in: set, or dropped (NOTOWNER, released).
     fn believe(&mut self, client: usize, lock: usize, hold: Option<(u64, u64)>) {
         self.clients[client].holds[lock] = hold;
-    }
-
-    /// `commands::acquire`.
-    fn acquire(&mut self, client: usize, lock: usize, ttl: u64, wait: Option<u64>) {
-        let owner = self.owner(client);
-        if self.engine.has_waiters(&name(lock)) {
-            self.serve(lock, true);
-        }
-        self.open(lock, false);
-        let Ok(current) = self.current(lock) else {
-            return; // WRONGTYPE
-        };
-        let now = self.now;
-        let holder_until = current
-            .filter(|held| held.is_live(now))
-            .map(|held| held.hold.expires_at);
-        let free = holder_until.is_none();
-        let barriers = Barriers {
-            waiters: free && self.engine.has_waiters(&name(lock)),
-            // This model has no quarantine (model 2 has).
-            quarantined: false,
-        };
-        let fence = fence::next(self.last_fence, now);
-        let decision = lock::acquire(current, owner, ttl, now, barriers, || fence);
-        match decision {
-            Ok(Acquire::Fresh(hold)) => {
-                if current.is_some() {
-                    self.remove(lock); // inline: no notification heard
-                }
-                let fence = self.issue_fence();
-                debug_assert_eq!(fence, hold.fence);
-                self.keys[lock] = Slot::Lock {
-                    owner: self.token(client),
-                    count: hold.count,
-                    fence: hold.fence,
-                    lease: hold.expires_at,
-                };
-                self.believe(client, lock, Some((hold.fence, hold.expires_at)));
-            }
-            Ok(Acquire::Reentered(hold)) => {
-                self.store(client, lock, hold);
-                self.believe(client, lock, Some((hold.fence, hold.expires_at)));
-                self.lease_changed(lock, hold.expires_at);
-            }
-            Ok(Acquire::Busy) => {
-                if let Some(timeout) = wait {
-                    self.park(client, lock, ttl, timeout, holder_until);
-                    if free {
-                        // Free but not grantable now: served when the gate opens.
-                        self.serve(lock, true);
-                    }
-                }
-            }
-            Err(_) => {}
-        }
-    }
-
-    /// `waiting::block`: parks the client on the lock.
-    fn park(
-        &mut self,
-        client: usize,
-        lock: usize,
-        ttl: u64,
-        timeout: u64,
-        holder_until: Option<u64>,
-    ) {
-        let c = &mut self.clients[client];
-        c.waits += 1;
-        let handle = Handle {
-            client: client as u8,
-            conn: c.conn,
-            wait: c.waits,
-        };
-        c.blocked = Some((lock as u8, c.waits));
-        self.line[lock].push(client as u8);
-        if timeout > 0 {
-            self.arm(Armed::Deadline {
-                client: client as u8,
-                conn: handle.conn,
-                at: self.now + timeout,
-            });
-        }
-        let waiter = Waiter {
-            owner: self.owner(client).to_vec(),
-            ttl_ms: ttl,
-            handle,
-        };
-        let id = ServerModel::id(client, handle.conn);
-        match self
-            .engine
-            .park(name(lock), id, waiter, holder_until, self.now)
-        {
-            Ok(timer) => self.arm_lease_check(timer),
-            Err(waiter) => self.answer(waiter.handle, Some(Reply::Nil)),
-        }
     }
 
     /// The owner was answered for this hold by a command of its own: a
@@ -697,74 +665,42 @@ impl State {
             .retain(|&(l, f)| (l as usize, f) != (lock, fence));
     }
 
-    fn store(&mut self, client: usize, lock: usize, hold: Hold) {
-        self.claimed(lock, hold.fence);
-        // `waiting::owner_active`, as every owner command that succeeds does.
-        let owner = self.owner(client).to_vec();
-        self.engine.owner_active(&name(lock), &owner);
-        self.keys[lock] = Slot::Lock {
-            owner: self.token(client),
-            count: hold.count,
-            fence: hold.fence,
-            lease: hold.expires_at,
-        };
+    /// `LOCK.ACQUIRE`: the module's own sequencing, then what the client
+    /// learns from the reply.
+    fn acquire(&mut self, client: usize, lock: usize, ttl: u64, wait: Option<u64>) {
+        let owner = self.owner(client);
+        let mut server = Server::command(self, client);
+        if let Ok(Acquired::Held(hold)) = orchestrate::acquire(&mut server, &lock, owner, ttl, wait)
+        {
+            self.believe(client, lock, Some((hold.fence, hold.expires_at)));
+        }
     }
 
-    /// `commands::reenter`, `renew`, `release`: the owner-only commands.
+    /// `LOCK.REENTER`, `RENEW`, `RELEASE`: the owner-only commands. An
+    /// error other than `WRONGTYPE` (the key holds another value) tells the
+    /// client it no longer holds the lock.
     fn owner_command(&mut self, action: &Action) {
-        let now = self.now;
-        match *action {
-            Action::Reenter { client, lock, ttl } => {
-                let (client, lock) = (client as usize, lock as usize);
-                self.open(lock, false);
-                let Ok(current) = self.current(lock) else {
-                    return;
-                };
-                match lock::reenter(current, self.owner(client), ttl, now) {
-                    Ok(hold) => {
-                        self.store(client, lock, hold);
-                        if ttl.is_some() {
-                            self.believe(client, lock, Some((hold.fence, hold.expires_at)));
-                        }
-                        self.lease_changed(lock, hold.expires_at);
-                    }
-                    Err(_) => self.believe(client, lock, None),
-                }
-            }
-            Action::Renew { client, lock, ttl } => {
-                let (client, lock) = (client as usize, lock as usize);
-                self.open(lock, false);
-                let Ok(current) = self.current(lock) else {
-                    return;
-                };
-                match lock::renew(current, self.owner(client), ttl, now) {
-                    Ok(hold) => {
-                        self.store(client, lock, hold);
-                        self.believe(client, lock, Some((hold.fence, hold.expires_at)));
-                        self.lease_changed(lock, hold.expires_at);
-                    }
-                    Err(_) => self.believe(client, lock, None),
-                }
-            }
-            Action::Release { client, lock, all } => {
-                let (client, lock) = (client as usize, lock as usize);
-                self.open(lock, false);
-                let Ok(current) = self.current(lock) else {
-                    return;
-                };
-                match lock::release(current, self.owner(client), all, now) {
-                    Ok(Some(hold)) => self.store(client, lock, hold),
-                    Ok(None) => {
-                        self.believe(client, lock, None);
-                        self.keys[lock] = Slot::Empty; // inline: no notification heard
-                        if self.engine.has_waiters(&name(lock)) {
-                            self.serve(lock, true);
-                        }
-                    }
-                    Err(_) => self.believe(client, lock, None),
-                }
-            }
-            _ => {}
+        let (client, lock) = match *action {
+            Action::Reenter { client, lock, .. }
+            | Action::Renew { client, lock, .. }
+            | Action::Release { client, lock, .. } => (client as usize, lock as usize),
+            _ => return,
+        };
+        let owner = self.owner(client);
+        let mut server = Server::command(self, client);
+        let belief = match *action {
+            Action::Reenter { ttl, .. } => orchestrate::reenter(&mut server, &lock, owner, ttl)
+                .map(|hold| ttl.map(|_| Some((hold.fence, hold.expires_at)))),
+            Action::Renew { ttl, .. } => orchestrate::renew(&mut server, &lock, owner, ttl)
+                .map(|hold| Some(Some((hold.fence, hold.expires_at)))),
+            Action::Release { all, .. } => orchestrate::release(&mut server, &lock, owner, all)
+                .map(|remaining| remaining.is_none().then_some(None)),
+            _ => return,
+        };
+        match belief {
+            Ok(Some(hold)) => self.believe(client, lock, hold),
+            Ok(None) | Err(LockError::WrongType) => {}
+            Err(_) => self.believe(client, lock, None),
         }
     }
 
@@ -775,19 +711,11 @@ impl State {
         let id = ServerModel::id(client, c.conn);
         let (blocked, reply) = (c.blocked, c.reply);
         if blocked.is_some() || reply.is_some() {
-            match self.engine.gone(id) {
-                Gone::Waiting(waiter) => self.answer(waiter.handle, None),
-                Gone::Revoke { arm_pump } => {
-                    if let Some(Reply::Granted { lock, fence, .. }) = reply {
-                        self.revoked.push((lock, fence));
-                        self.revoked.sort();
-                        self.seen.revoked = true;
-                    }
-                    if arm_pump {
-                        self.pumps += 1;
-                    }
-                }
-                Gone::Unknown => {}
+            let left = orchestrate::client_left(&mut Server::on(self), id);
+            if let (Left::Revoked, Some(Reply::Granted { lock, fence, .. })) = (left, reply) {
+                self.revoked.push((lock, fence));
+                self.revoked.sort();
+                self.seen.revoked = true;
             }
         }
         if self.clients[client].blocked.is_some() {
@@ -808,26 +736,15 @@ impl State {
         }
         match timer {
             Armed::Lease { lock, at } => {
-                self.engine.lease_check_fired(&name(lock as usize), at);
-                self.serve(lock as usize, false);
+                orchestrate::lease_check_fired(&mut Server::on(self), &name(lock as usize), at);
             }
-            Armed::Retry { .. } => {
-                self.engine.retry_fired();
-                self.pump();
-            }
+            Armed::Retry { .. } => orchestrate::retry_fired(&mut Server::on(self)),
             Armed::Deadline { client, conn, .. } => {
                 let id = ServerModel::id(client as usize, conn);
-                match self.engine.leave(id) {
-                    Some(waiter) => {
-                        self.seen.timed_out = true;
-                        self.answer(waiter.handle, Some(Reply::Nil));
-                    }
-                    None if self.clients[client as usize].blocked.is_some()
-                        && self.clients[client as usize].conn == conn =>
-                    {
-                        self.broken.lost = true;
-                    }
-                    None => {}
+                let answered = orchestrate::deadline_passed(&mut Server::on(self), id);
+                let c = &self.clients[client as usize];
+                if !answered && c.blocked.is_some() && c.conn == conn {
+                    self.broken.lost = true;
                 }
             }
         }
@@ -1040,7 +957,7 @@ impl Model for ServerModel {
             Action::Del { lock } => {
                 s.operator_writes += 1;
                 s.force_free(lock as usize);
-                s.key_left(lock as usize, false);
+                s.key_left(lock as usize);
             }
             Action::Set { lock, ttl } => {
                 s.operator_writes += 1;
@@ -1059,14 +976,12 @@ impl Model for ServerModel {
                 let mut names = s.engine.names_in(None);
                 names.sort();
                 for n in names {
-                    if s.engine.freed(n) {
-                        s.pumps += 1;
-                    }
+                    orchestrate::freed(&mut Server::on(&mut s), n, true);
                 }
             }
             Action::ActiveExpire { lock } => {
                 s.remove(lock as usize);
-                s.key_left(lock as usize, false);
+                s.key_left(lock as usize);
             }
             Action::Pause => {
                 s.paused = true;
@@ -1077,7 +992,7 @@ impl Model for ServerModel {
             }
             Action::Pump => {
                 s.pumps -= 1;
-                s.pump();
+                orchestrate::pump(&mut Server::on(&mut s));
             }
             Action::Fire(ArmedTimer(timer)) => s.fire(timer),
             Action::Reply { client } => {

@@ -25,11 +25,27 @@ const NO_EXPIRE: i64 = -1;
 /// An open key, closed on drop.
 pub struct LockKey<'a> {
     ctx: &'a Context,
-    name: &'a RedisString,
+    name: Name<'a>,
     key: *mut raw::RedisModuleKey,
     /// Opened by a client's command (not a timer): the command's own argv
     /// exists, so a change nobody listens to can be marked verbatim.
     in_command: bool,
+}
+
+/// The key's name: the caller's, or one the key keeps alive itself (the
+/// server's own work names a lock by its bytes).
+enum Name<'a> {
+    Borrowed(&'a RedisString),
+    Owned(RedisString),
+}
+
+impl Name<'_> {
+    fn inner(&self) -> *mut raw::RedisModuleString {
+        match self {
+            Name::Borrowed(name) => name.inner,
+            Name::Owned(name) => name.inner,
+        }
+    }
 }
 
 /// How a command opens a lock's key.
@@ -41,34 +57,33 @@ pub enum Access {
     Write,
 }
 
-/// Whether a change moves the hold's lease (and so the key's TTL).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lease {
-    /// The lease moved: the key's TTL is set to it.
-    Moved,
-    /// The lease is as it was: the TTL is left alone.
-    Kept,
-}
+pub use crate::orchestrate::Lease;
 
 impl<'a> LockKey<'a> {
     /// Opens `name` for a client's command. Opening lazily expires a key
     /// whose lease has ended.
     pub fn open(ctx: &'a Context, name: &'a RedisString, access: Access) -> LockKey<'a> {
-        Self::open_with(ctx, name, access == Access::Write, true)
+        Self::open_with(ctx, Name::Borrowed(name), access == Access::Write, true)
     }
 
     /// Opens `name` for writing from a timer (a hand-off), outside any command.
     pub fn open_in_timer(ctx: &'a Context, name: &'a RedisString) -> LockKey<'a> {
-        Self::open_with(ctx, name, true, false)
+        Self::open_with(ctx, Name::Borrowed(name), true, false)
     }
 
-    fn open_with(ctx: &'a Context, name: &'a RedisString, write: bool, in_command: bool) -> Self {
+    /// Opens `name` for writing, keeping the name alive with the key: from
+    /// a command (`in_command`) or from a timer.
+    pub fn open_owned(ctx: &'a Context, name: RedisString, in_command: bool) -> LockKey<'a> {
+        Self::open_with(ctx, Name::Owned(name), true, in_command)
+    }
+
+    fn open_with(ctx: &'a Context, name: Name<'a>, write: bool, in_command: bool) -> Self {
         let mode = if write {
             raw::KeyMode::READ | raw::KeyMode::WRITE
         } else {
             raw::KeyMode::READ
         };
-        let key = raw::open_key(ctx.ctx, name.inner, mode);
+        let key = raw::open_key(ctx.ctx, name.inner(), mode);
         LockKey {
             ctx,
             name,
@@ -215,7 +230,7 @@ impl<'a> LockKey<'a> {
                     ctx,
                     c"PEXPIREAT".as_ptr(),
                     c"sl".as_ptr(),
-                    self.name.inner,
+                    self.name.inner(),
                     at,
                 )
             };
@@ -232,7 +247,7 @@ impl<'a> LockKey<'a> {
         }
         self.propagate(|ctx, rep| {
             // SAFETY: "s" takes one RedisModuleString: the live key name.
-            unsafe { rep(ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name.inner) };
+            unsafe { rep(ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name.inner()) };
         });
     }
 
@@ -255,7 +270,7 @@ impl<'a> LockKey<'a> {
         // SAFETY: a live context, a static C string and a live key name.
         unsafe {
             if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
-                notify(self.ctx.ctx, class, event.as_ptr(), self.name.inner);
+                notify(self.ctx.ctx, class, event.as_ptr(), self.name.inner());
             }
         }
     }
@@ -303,7 +318,7 @@ impl<'a> LockKey<'a> {
                     ctx,
                     c"LOCK.APPLY".as_ptr(),
                     c"sbllcl".as_ptr(),
-                    self.name.inner,
+                    self.name.inner(),
                     owner.as_ptr(),
                     owner.len(),
                     clamp(hold.count),

@@ -187,6 +187,6 @@ pub fn note_cluster_mode(ctx: &Context) {
 
 thread_local! {
     /// Whether the server runs in cluster mode: only there can a lock's key
-    /// live on another node (see `waiting::serve`).
+    /// live on another node (see `orchestrate::serve`).
     static CLUSTER_MODE: Cell<bool> = const { Cell::new(false) };
 }

@@ -1,5 +1,12 @@
-//! Blocked waiters: parking clients in `LOCK.ACQUIRE … WAIT` and carrying
-//! out the hand-off engine's decisions ([`crate::handoff`]).
+//! The server as the sequencing sees it ([`Server`], the
+//! [`crate::orchestrate::Host`] of the module), and blocked waiters: parking
+//! clients in `LOCK.ACQUIRE … WAIT` and answering them.
+//!
+//! When a lock is served, handed over or taken back, and what the pump
+//! does, is [`crate::orchestrate`]'s (shared with the model checker); this
+//! file carries each step out with the C API, and keeps what only a server
+//! has: blocked-client handles, timers and jobs, the database a timer works
+//! in, cluster redirections, and the reply races below.
 //!
 //! - A waiting client is blocked with `RedisModule_BlockClient` (no
 //!   server-side timeout). Its handle is a [`BlockedClient`], a value that is
@@ -8,7 +15,7 @@
 //!   timer, so it fires within a millisecond.
 //! - A lock freed by our own command (`RELEASE` to zero, an `ACQUIRE` that
 //!   finds an ended lease) is handed over inside that command
-//!   ([`serve_now`]): the release and the grant are one step for every later
+//!   (`orchestrate::serve` from the command): the release and the grant are one step for every later
 //!   command and for replicas. A lock freed by another command is reported
 //!   by a keyspace notification or a server event; notification callbacks
 //!   must not write, so the pump runs as a post-notification job where the
@@ -49,13 +56,15 @@ use std::ptr::{self, NonNull};
 
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
-use crate::ffi::key::{Access, Lease, LockKey};
+use crate::error::LockError;
+use crate::ffi::key::LockKey;
 use crate::ffi::{self, config, partition};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
-use crate::handoff::{Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter};
-use crate::lock::{self, Hold, TtlFix};
+use crate::handoff::{Engine, Gate, Timer};
+use crate::lock::{Hold, Lock};
+use crate::orchestrate::{self, Event, Host, Lease, Nil, Removal};
 use crate::queue::LockName;
-use crate::{cluster, fence, handoff, stats};
+use crate::{cluster, fence, stats};
 
 /// A blocked client's handle, owned by whoever must answer it next.
 pub struct BlockedClient(NonNull<raw::RedisModuleBlockedClient>);
@@ -119,23 +128,13 @@ fn with<R>(f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
 // ---------------------------------------------------------------------------
 
 /// The lock name of `key` in the context's selected database.
-pub fn lock_name(ctx: &Context, key: &RedisString) -> LockName {
+fn lock_name(ctx: &Context, key: &RedisString) -> LockName {
     LockName::new(selected_db(ctx.ctx), key.as_slice())
 }
 
 /// How many clients wait on `key` (in the selected database).
 pub fn waiters(ctx: &Context, key: &RedisString) -> usize {
-    waiting_on(ctx, key).map_or(0, |name| with(|e| e.waiters(&name)))
-}
-
-/// The lock name of `key` if clients wait on it (a free lock is then
-/// theirs, not a newcomer's). Allocates nothing when nobody waits anywhere.
-pub fn waiting_on(ctx: &Context, key: &RedisString) -> Option<LockName> {
-    if !anyone_waiting() {
-        return None;
-    }
-    let name = lock_name(ctx, key);
-    with(|e| e.has_waiters(&name)).then_some(name)
+    orchestrate::waiting_on(&mut Server::new(ctx), key).map_or(0, |name| with(|e| e.waiters(&name)))
 }
 
 /// Whether any client waits at all (the fast path of every notification).
@@ -158,7 +157,7 @@ pub fn serving_inline() -> bool {
 
 /// Runs `body` (a command freeing a lock and serving it) with the pump for
 /// its own notifications turned off.
-pub fn inline<R>(body: impl FnOnce() -> R) -> R {
+fn inline<R>(body: impl FnOnce() -> R) -> R {
     /// Puts the flag back even if `body` panics (the panic is caught at the
     /// boundary; a flag left set would leave later frees unserved).
     struct Restore(bool);
@@ -172,20 +171,198 @@ pub fn inline<R>(body: impl FnOnce() -> R) -> R {
 }
 
 // ---------------------------------------------------------------------------
-// Blocking a client.
+// The host: the sequencing of `orchestrate`, carried out with the C API.
 // ---------------------------------------------------------------------------
 
-/// Parks the calling client at the back of `name`'s queue. `holder_until`
-/// is the current hold's lease end, checked then. `false`: it could not be
-/// blocked, and the caller answers nil.
-pub fn block(
-    ctx: &Context,
-    name: LockName,
-    owner: &[u8],
-    ttl_ms: u64,
-    timeout_ms: u64,
-    holder_until: Option<u64>,
-) -> bool {
+/// The server as [`orchestrate`] sees it, from one command or callback.
+pub struct Server<'c> {
+    ctx: &'c Context,
+}
+
+impl<'c> Server<'c> {
+    pub fn new(ctx: &'c Context) -> Self {
+        Server { ctx }
+    }
+}
+
+impl<'c> Host for Server<'c> {
+    type Handle = Parked;
+    type Target = RedisString;
+    type Key = LockKey<'c>;
+
+    fn engine<R>(&mut self, f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
+        with(f)
+    }
+
+    fn now(&self) -> u64 {
+        now_ms()
+    }
+
+    fn lock_name(&self, target: &RedisString) -> LockName {
+        lock_name(self.ctx, target)
+    }
+
+    fn open(&mut self, target: &RedisString) -> LockKey<'c> {
+        // The key keeps its own reference to the command's key name.
+        let name = RedisString::new(NonNull::new(self.ctx.ctx), target.inner);
+        LockKey::open_owned(self.ctx, name, true)
+    }
+
+    fn open_name(&mut self, name: &LockName, in_command: bool) -> LockKey<'c> {
+        if !in_command {
+            select_db(self.ctx.ctx, name.db);
+        }
+        let key_name = RedisString::create_from_slice(self.ctx.ctx, &name.key);
+        LockKey::open_owned(self.ctx, key_name, in_command)
+    }
+
+    fn key_now(&self, key: &LockKey<'c>) -> u64 {
+        key.now()
+    }
+
+    fn current<'k>(&self, key: &'k LockKey<'c>) -> Result<Option<Lock<'k>>, LockError> {
+        key.current()
+    }
+
+    fn expires_at(&self, key: &LockKey<'c>) -> Option<u64> {
+        key.expires_at()
+    }
+
+    fn stored_lease(&self, key: &LockKey<'c>) -> Option<u64> {
+        key.stored().ok().flatten().map(|stored| stored.lease)
+    }
+
+    fn write(
+        &mut self,
+        key: &mut LockKey<'c>,
+        owner: &[u8],
+        hold: Hold,
+        lease: Lease,
+        event: Event,
+    ) {
+        key.apply(owner, hold, lease);
+        let event = match event {
+            Event::Acquire => c"lock.acquire",
+            Event::Reenter => c"lock.reenter",
+            Event::Release => c"lock.release",
+            Event::Renew => c"lock.renew",
+            Event::Fence => c"lock.fence",
+        };
+        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event);
+    }
+
+    fn remove(&mut self, key: &mut LockKey<'c>, how: Removal) {
+        inline(|| match how {
+            Removal::Expired => {
+                key.delete();
+                key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
+            }
+            Removal::Released => {
+                key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
+                key.delete();
+                key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+            }
+            Removal::Deleted => {
+                key.delete();
+                key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+            }
+        });
+    }
+
+    fn restore_expiry(&mut self, key: &mut LockKey<'c>, at: u64) {
+        key.restore_expiry(at);
+    }
+
+    fn issue_fence(&mut self, now: u64) -> u64 {
+        fence::issue(now)
+    }
+
+    fn is_writer(&self) -> bool {
+        let flags = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING;
+        context_flags(self.ctx.ctx) & flags as c_int == 0
+    }
+
+    fn writes_paused(&mut self) -> bool {
+        writes_paused()
+    }
+
+    fn replicas_follow(&self) -> bool {
+        partition::open()
+    }
+
+    fn quarantine_gate(&self) -> Gate {
+        config::quarantine_gate()
+    }
+
+    fn quarantined(&self) -> bool {
+        config::quarantine_ms() > 0
+    }
+
+    fn lease_cap(&self) -> Option<u64> {
+        Some(config::max_ttl()).filter(|&max| max > 0)
+    }
+
+    fn arm_lease_check(&mut self, timer: Timer) {
+        let Timer { name, at, delay_ms } = timer;
+        let data = Box::into_raw(Box::new((name, at))).cast::<c_void>();
+        create_timer(self.ctx.ctx, delay_ms, lease_cb, data);
+    }
+
+    fn arm_retry(&mut self, delay_ms: u64) {
+        create_timer(self.ctx.ctx, delay_ms, retry_cb, ptr::null_mut());
+    }
+
+    fn arm_pump(&mut self, from_command: bool) {
+        arm_pump(self.ctx.ctx, from_command);
+    }
+
+    fn can_block(&self) -> bool {
+        can_block(self.ctx)
+    }
+
+    fn block(&mut self, _name: &LockName, timeout_ms: u64) -> Option<(u64, Parked)> {
+        block(self.ctx, timeout_ms)
+    }
+
+    fn reply_granted(&mut self, id: u64, handle: Parked, _: &LockName, fence: u64, _until: u64) {
+        stop_timer(self.ctx.ctx, handle.deadline);
+        answer_granted(self.ctx.ctx, id, handle.client, fence);
+    }
+
+    fn reply_nil(&mut self, _id: u64, handle: Parked, why: Nil) {
+        match why {
+            Nil::Refused => {
+                stop_timer(self.ctx.ctx, handle.deadline);
+                handle.client.unblock(Some(Outcome::TimedOut));
+            }
+            // This timer is the one firing: Redis frees it after its
+            // callback, so it is not stopped here.
+            Nil::TimedOut => handle.client.unblock(Some(Outcome::TimedOut)),
+            Nil::Left => {
+                stop_timer(self.ctx.ctx, handle.deadline);
+                // Redis needs the handle back to free it; nothing to write.
+                handle.client.unblock(None);
+            }
+        }
+    }
+
+    fn moved_to(&mut self, name: &LockName) -> Option<String> {
+        if ffi::cluster_mode() {
+            moved_to(self.ctx, &name.key)
+        } else {
+            None
+        }
+    }
+
+    fn redirect(&mut self, name: &LockName, error: &str) {
+        redirect(self.ctx.ctx, name, error);
+    }
+}
+
+/// Blocks the calling client (no server-side timeout: its `WAIT` deadline,
+/// if any, is a module timer). Its id and handle, or `None` if it could
+/// not be blocked.
+fn block(ctx: &Context, timeout_ms: u64) -> Option<(u64, Parked)> {
     // SAFETY: the command's live context; the callbacks are plain functions.
     let (client, id) = unsafe {
         let client = raw::RedisModule_BlockClient.map_or(ptr::null_mut(), |f| {
@@ -202,9 +379,7 @@ pub fn block(
             raw::RedisModule_GetClientId.map_or(0, |f| f(ctx.ctx)),
         )
     };
-    let Some(client) = NonNull::new(client) else {
-        return false;
-    };
+    let client = NonNull::new(client)?;
     // SAFETY: a handle just returned by RedisModule_BlockClient.
     unsafe {
         if let Some(set) = raw::RedisModule_SetDisconnectCallback {
@@ -213,25 +388,11 @@ pub fn block(
     }
     let deadline = (timeout_ms > 0)
         .then(|| create_timer(ctx.ctx, timeout_ms, deadline_cb, id as usize as *mut c_void));
-    let waiter = Waiter {
-        owner: owner.to_vec(),
-        ttl_ms,
-        handle: Parked {
-            client: BlockedClient(client),
-            deadline,
-        },
+    let parked = Parked {
+        client: BlockedClient(client),
+        deadline,
     };
-    match with(|e| e.park(name, id, waiter, holder_until, now_ms())) {
-        Ok(timer) => {
-            stats::WAITING.add(1);
-            arm_lease_check(ctx.ctx, timer);
-        }
-        Err(waiter) => {
-            stop_timer(ctx.ctx, waiter.handle.deadline);
-            waiter.handle.client.unblock(Some(Outcome::TimedOut));
-        }
-    }
-    true
+    Some((id, parked))
 }
 
 // ---------------------------------------------------------------------------
@@ -241,23 +402,16 @@ pub fn block(
 /// A keyspace notification says `name` may have freed: serve it once the
 /// command that freed it is done.
 pub fn freed_by_event(ctx: *mut raw::RedisModuleCtx, name: LockName) {
-    if with(|e| e.freed(name)) {
-        arm_pump(ctx, true);
-    }
+    orchestrate::freed(&mut Server::new(&Context::new(ctx)), name, true);
 }
 
 /// A flush, swap-db or load touched database `db` (`None`: all): every lock
 /// with waiters there may be free.
 pub fn freed_db(ctx: *mut raw::RedisModuleCtx, db: Option<i32>, in_command: bool) {
-    let arm = with(|e| {
-        let mut arm = false;
-        for name in e.names_in(db) {
-            arm |= e.freed(name);
-        }
-        arm
-    });
-    if arm {
-        arm_pump(ctx, in_command);
+    let context = Context::new(ctx);
+    let mut host = Server::new(&context);
+    for name in with(|e| e.names_in(db)) {
+        orchestrate::freed(&mut host, name, in_command);
     }
 }
 
@@ -266,219 +420,6 @@ pub fn freed_db(ctx: *mut raw::RedisModuleCtx, db: Option<i32>, in_command: bool
 pub fn ttl_changed(ctx: *mut raw::RedisModuleCtx, name: LockName) {
     if with(|e| e.ttl_changed(name)) {
         arm_pump(ctx, true);
-    }
-}
-
-/// The holder's lease of `key` now ends at `at`: check then, if clients wait.
-pub fn lease_changed(ctx: &Context, key: &RedisString, at: u64) {
-    if let Some(name) = waiting_on(ctx, key) {
-        let timer = with(|e| e.lease_moved(&name, at, now_ms()));
-        arm_lease_check(ctx.ctx, timer);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Serving waiters.
-// ---------------------------------------------------------------------------
-
-/// Inside one of our commands that may have freed `name`: hand it to its
-/// longest-waiting client now, in the same command.
-pub fn serve_now(ctx: &Context, name: &LockName) {
-    serve(ctx, name, true);
-}
-
-/// Whether the module may write on its own now (a master, not loading):
-/// closed while the server pauses writes, and wherever Redis would refuse
-/// a client's write for lack of replicas (or they have not yet shown that
-/// they follow this master again, see [`crate::partition`]).
-fn write_gate() -> Gate {
-    if writes_paused() {
-        Gate::Closed {
-            retry_in_ms: handoff::PAUSE_RETRY_MS,
-        }
-    } else {
-        replicas_gate()
-    }
-}
-
-/// The replicas part of [`write_gate`]. Inside a command Redis has checked
-/// its own count already, but not whether the replicas follow this master.
-fn replicas_gate() -> Gate {
-    if partition::open() {
-        Gate::Open
-    } else {
-        Gate::Closed {
-            retry_in_ms: handoff::REPLICAS_RETRY_MS,
-        }
-    }
-}
-
-/// Whether this node is a replica or loading: work for the master or for
-/// the end of loading, not for now.
-fn not_a_writer(ctx: *mut raw::RedisModuleCtx) -> bool {
-    let flags = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    context_flags(ctx) & flags as c_int != 0
-}
-
-/// Looks at `name` and carries out the engine's decision.
-fn serve(ctx: &Context, name: &LockName, in_command: bool) {
-    if !in_command && not_a_writer(ctx.ctx) {
-        return;
-    }
-    let writes = if in_command {
-        replicas_gate()
-    } else {
-        write_gate()
-    };
-    let gate = match writes {
-        closed @ Gate::Closed { .. } => closed,
-        Gate::Open => config::quarantine_gate(),
-    };
-    if gate != Gate::Open {
-        // The key is not even opened: during a pause Redis keeps expired
-        // keys, and writing over one aborts the server. (In quarantine a
-        // lock that frees waits for its waiters until the gate opens.)
-        if let Serve::Deferred {
-            retry_in_ms: Some(delay),
-        } = with(|e| e.serve(name, Key::Free, now_ms(), gate))
-        {
-            arm_retry(ctx.ctx, delay);
-        }
-        return;
-    }
-    if !in_command {
-        select_db(ctx.ctx, name.db);
-    }
-    let key_name = RedisString::create_from_slice(ctx.ctx, &name.key);
-    let mut key = if in_command {
-        LockKey::open(ctx, &key_name, Access::Write)
-    } else {
-        LockKey::open_in_timer(ctx, &key_name)
-    };
-    let now = key.now();
-    let seen = match key.current() {
-        Ok(None) => Key::Free,
-        Ok(Some(lock)) => Key::Held {
-            until: lock.hold.expires_at,
-        },
-        Err(_) => Key::Foreign {
-            until: key.expires_at(),
-        },
-    };
-    if seen == Key::Free && ffi::cluster_mode() {
-        // A cluster slot migration may have moved the lock to another node:
-        // its waiters follow it there instead of being granted it here.
-        if let Some(error) = moved_to(ctx, &name.key) {
-            drop(key);
-            return redirect(ctx.ctx, name, &error);
-        }
-    }
-    // A client that waited gets at most the `lock.max-ttl` in force now.
-    let cap = Some(config::max_ttl()).filter(|&max| max > 0);
-    match with(|e| {
-        e.cap_leases(cap);
-        e.serve(name, seen, now, Gate::Open)
-    }) {
-        Serve::Wait(timer) => arm_lease_check(ctx.ctx, timer),
-        Serve::Deferred { .. } => {}
-        Serve::Grant(grant) => hand_over(ctx, &mut key, name, grant, now),
-    }
-}
-
-/// Writes the lock for the granted client and unblocks it with its fence.
-fn hand_over(ctx: &Context, key: &mut LockKey, name: &LockName, grant: Grant<Parked>, now: u64) {
-    let Grant {
-        id,
-        waiter,
-        end_previous,
-        until,
-        then,
-    } = grant;
-    let Waiter { owner, handle, .. } = waiter;
-    stats::WAITING.add(-1);
-    stop_timer(ctx.ctx, handle.deadline);
-    inline(|| {
-        if end_previous {
-            // The lease ended at its expiry; Redis would expire the key only a
-            // millisecond later (once now > expiry). Free it as Redis would.
-            key.delete();
-            key.notify(raw::REDISMODULE_NOTIFY_EXPIRED, c"expired");
-        }
-        let hold = Hold {
-            count: 1,
-            fence: fence::issue(now),
-            expires_at: until,
-        };
-        key.apply(&owner, hold, Lease::Moved);
-        key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.acquire");
-        stats::ACQUIRED.incr();
-        stats::HANDOFFS.incr();
-        let fence = hold.fence;
-        with(|e| {
-            e.granted(
-                id,
-                InFlight {
-                    name: name.clone(),
-                    owner,
-                    fence,
-                },
-            )
-        });
-        answer_granted(ctx.ctx, id, handle.client, fence);
-    });
-    arm_lease_check(ctx.ctx, then);
-}
-
-/// Takes back a grant whose client never got the reply: frees the lock if
-/// it is still exactly that grant — same owner and fence, count 1 — and
-/// serves the next waiter. A hold the same owner reentered meanwhile (from
-/// another connection) is in use, and stays.
-fn revoke(ctx: &Context, grant: &InFlight) {
-    select_db(ctx.ctx, grant.name.db);
-    let key_name = RedisString::create_from_slice(ctx.ctx, &grant.name.key);
-    let key = LockKey::open_in_timer(ctx, &key_name);
-    if lock::revocable(key.current().ok().flatten(), &grant.owner, grant.fence) {
-        delete_and_serve(ctx, key, &grant.name);
-    }
-}
-
-/// Deletes the lock in `key` (as `DEL` would) and serves `name`'s next waiter.
-fn delete_and_serve(ctx: &Context, key: LockKey, name: &LockName) {
-    inline(|| {
-        key.delete();
-        key.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
-    });
-    drop(key);
-    serve(ctx, name, false);
-}
-
-/// Puts back the lease of a lock whose TTL another command changed, or
-/// deletes it if its lease has ended (no lock lives forever).
-fn fix_ttl(ctx: &Context, name: &LockName) {
-    select_db(ctx.ctx, name.db);
-    let key_name = RedisString::create_from_slice(ctx.ctx, &name.key);
-    let key = LockKey::open_in_timer(ctx, &key_name);
-    let Ok(Some(stored)) = key.stored() else {
-        return;
-    };
-    let now = key.now();
-    match lock::ttl_fix(stored.lease, key.expires_at(), now) {
-        // A TTL shorter than the lease ends the hold then, as a lease end
-        // does: waiters are checked at that TTL, not at the lease end, nor
-        // whenever Redis's expiry cycle happens to find the key.
-        TtlFix::Keep => {
-            if let Some(at) = key.expires_at() {
-                let timer = with(|e| e.lease_moved(name, at, now));
-                arm_lease_check(ctx.ctx, timer);
-            }
-        }
-        TtlFix::Restore(at) => {
-            key.restore_expiry(at);
-            // Waiters check at the lease end, not at the TTL someone set.
-            let timer = with(|e| e.lease_moved(name, at, now));
-            arm_lease_check(ctx.ctx, timer);
-        }
-        TtlFix::Delete => delete_and_serve(ctx, key, name),
     }
 }
 
@@ -498,7 +439,7 @@ fn moved_to(ctx: &Context, key: &[u8]) -> Option<String> {
 /// `name` left this node (a cluster slot migration): every client
 /// waiting on it is answered `error` instead of being handed a lock this node
 /// no longer has.
-pub fn redirect(ctx: *mut raw::RedisModuleCtx, name: &LockName, error: &str) {
+fn redirect(ctx: *mut raw::RedisModuleCtx, name: &LockName, error: &str) {
     let Ok(error) = CString::new(error) else {
         return;
     };
@@ -509,35 +450,6 @@ pub fn redirect(ctx: *mut raw::RedisModuleCtx, name: &LockName, error: &str) {
             .handle
             .client
             .unblock(Some(Outcome::Redirect(error.clone())));
-    }
-}
-
-/// The pump: takes back revoked grants, fixes TTLs, then serves each lock
-/// reported free, in order. Defers it all while writes are paused.
-fn pump(ctx: &Context) {
-    let work = with(|e| e.take_pending());
-    if work == Pending::default() {
-        return;
-    }
-    if not_a_writer(ctx.ctx) {
-        // A replica's master does this work; loading reports every lock
-        // with waiters again when it ends.
-        return;
-    }
-    if let Gate::Closed { retry_in_ms } = write_gate() {
-        if let Some(delay) = with(|e| e.defer(work, retry_in_ms)) {
-            arm_retry(ctx.ctx, delay);
-        }
-        return;
-    }
-    for grant in &work.revokes {
-        revoke(ctx, grant);
-    }
-    for name in &work.ttl_fixes {
-        fix_ttl(ctx, name);
-    }
-    for name in &work.serves {
-        serve(ctx, name, false);
     }
 }
 
@@ -563,37 +475,28 @@ fn arm_pump(ctx: *mut raw::RedisModuleCtx, from_command: bool) {
     create_timer(ctx, 0, pump_timer_cb, ptr::null_mut());
 }
 
-fn arm_retry(ctx: *mut raw::RedisModuleCtx, delay_ms: u64) {
-    create_timer(ctx, delay_ms, retry_cb, ptr::null_mut());
-}
-
-/// Arms a lease check the engine asked for.
-fn arm_lease_check(ctx: *mut raw::RedisModuleCtx, timer: Option<Timer>) {
-    if let Some(Timer { name, at, delay_ms }) = timer {
-        let data = Box::into_raw(Box::new((name, at))).cast::<c_void>();
-        create_timer(ctx, delay_ms, lease_cb, data);
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Callbacks: timers and jobs.
 // ---------------------------------------------------------------------------
 
 /// The pump, run as a post-notification job.
 extern "C" fn pump_job_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard("pump job", (), || pump(&Context::new(ctx)));
+    guard("pump job", (), || {
+        orchestrate::pump(&mut Server::new(&Context::new(ctx)));
+    });
 }
 
 /// The pump, run as a 0 ms timer.
 extern "C" fn pump_timer_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard("pump", (), || pump(&Context::new(ctx)));
+    guard("pump", (), || {
+        orchestrate::pump(&mut Server::new(&Context::new(ctx)));
+    });
 }
 
-/// The pause retry: pump again (it defers again if still paused).
+/// The retry of a closed gate: pump again (it defers again if still closed).
 extern "C" fn retry_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard("pause retry", (), || {
-        with(|e| e.retry_fired());
-        pump(&Context::new(ctx));
+        orchestrate::retry_fired(&mut Server::new(&Context::new(ctx)));
     });
 }
 
@@ -602,22 +505,15 @@ extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard("lease check", (), || {
         // SAFETY: `arm_lease_check` passed a boxed (LockName, u64), used once.
         let (name, at) = *unsafe { Box::from_raw(data.cast::<(LockName, u64)>()) };
-        with(|e| e.lease_check_fired(&name, at));
-        serve(&Context::new(ctx), &name, false);
+        orchestrate::lease_check_fired(&mut Server::new(&Context::new(ctx)), &name, at);
     });
 }
 
 /// The `WAIT` deadline passed: reply nil.
-extern "C" fn deadline_cb(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+extern "C" fn deadline_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard("deadline", (), || {
         let id = data as usize as u64;
-        // This timer is the one firing: Redis frees it after this callback,
-        // so it is not stopped here.
-        if let Some(waiter) = with(|e| e.leave(id)) {
-            stats::WAITING.add(-1);
-            stats::WAIT_TIMEOUTS.incr();
-            waiter.handle.client.unblock(Some(Outcome::TimedOut));
-        }
+        orchestrate::deadline_passed(&mut Server::new(&Context::new(ctx)), id);
     });
 }
 
@@ -748,16 +644,7 @@ extern "C" fn disconnect_cb(
         if let Some((client, _)) = take_deferred(id) {
             client.unblock(None);
         }
-        match with(|e| e.gone(id)) {
-            Gone::Waiting(waiter) => {
-                stats::WAITING.add(-1);
-                stop_timer(ctx, waiter.handle.deadline);
-                waiter.handle.client.unblock(None);
-            }
-            // Not from a command: a job would wait for the next one.
-            Gone::Revoke { arm_pump: true } => arm_pump(ctx, false),
-            Gone::Revoke { arm_pump: false } | Gone::Unknown => {}
-        }
+        orchestrate::client_left(&mut Server::new(&Context::new(ctx)), id);
     });
 }
 
@@ -812,15 +699,6 @@ extern "C" fn free_privdata(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
             drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
         }
     });
-}
-
-/// `owner` succeeded with a command of its own on `key`: a grant of that
-/// lock to that owner is no longer taken back (see `Engine::owner_active`).
-pub fn owner_active(ctx: &Context, key: &RedisString, owner: &[u8]) {
-    if with(|e| e.any_in_flight() || e.has_revokes()) {
-        let name = lock_name(ctx, key);
-        with(|e| e.owner_active(&name, owner));
-    }
 }
 
 fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<Outcome>) {

@@ -1,0 +1,629 @@
+//! The sequencing around the core, written once: what a command does to a
+//! lock and its waiters, how a freed lock is served, how a grant is handed
+//! over or taken back, what the pump does, and when a lease is checked.
+//!
+//! [`lock`] decides one command and [`Engine`] decides who gets a freed
+//! lock; the functions here put those decisions in order — open the key,
+//! ask, write, announce, answer, arm the next timer — against a [`Host`]:
+//! the world as the sequencing needs it. The module (`src/ffi/waiting.rs`)
+//! implements it with the server's C API; the model checker (`model/`)
+//! implements it on its own state and so checks this very code.
+//!
+//! What stays with the host is how, not when: blocking a client, writing
+//! its reply (a server before 7.2 defers a grant's reply), replicating a
+//! change, a cluster redirection, the database a timer works in.
+
+use crate::error::LockError;
+use crate::handoff::{
+    self, Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter,
+};
+use crate::lock::{self, Acquire, Barriers, Hold, Lock, TtlFix};
+use crate::queue::LockName;
+use crate::stats;
+
+/// Whether a change moves the hold's lease (and so the key's TTL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// The lease moved: the key's TTL is set to it.
+    Moved,
+    /// The lease is as it was: the TTL is left alone.
+    Kept,
+}
+
+/// The keyspace event a change to a lock is announced with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Acquire,
+    Reenter,
+    Release,
+    Renew,
+    Fence,
+}
+
+/// How a lock's key goes, and what the server is told. The host removes it
+/// as part of serving it: what it announces needs no pump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Its lease has ended: as Redis's own expiry would (`expired`).
+    Expired,
+    /// Its owner released it to zero (`lock.release`, then `del`).
+    Released,
+    /// Taken back, or its lease ended under a TTL someone changed (`del`).
+    Deleted,
+}
+
+/// Why a blocked client is answered nil (or nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nil {
+    /// The server turned it away after blocking it: stop its deadline.
+    Refused,
+    /// Its `WAIT` deadline timer is the one firing.
+    TimedOut,
+    /// It left (disconnected, or unblocked with an error): nothing to write,
+    /// the host only gives the handle back.
+    Left,
+}
+
+/// What [`acquire`] answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// The caller holds the lock: this hold (its fence, count, lease end).
+    Held(Hold),
+    /// Busy: nil now.
+    Nil,
+    /// Parked: it is answered later (granted, or nil at its deadline).
+    Parked,
+}
+
+/// What [`client_left`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// It was waiting, and is answered.
+    Waiting,
+    /// It had been granted a lock it never heard of: the grant is taken back.
+    Revoked,
+    /// Nothing of it here.
+    Unknown,
+}
+
+/// What the sequencing needs from the world. Time is the host's clock
+/// ([`Host::now`]) or a key's ([`Host::key_now`]); nothing here sleeps.
+pub trait Host {
+    /// A parked client's handle, kept by the engine until it is answered.
+    type Handle;
+    /// How a command names its lock (no [`LockName`] is built for it unless
+    /// clients wait somewhere).
+    type Target: ?Sized;
+    /// An open key, closed when dropped.
+    type Key;
+
+    /// Runs `f` on the hand-off engine. No call into the host is made while
+    /// it runs.
+    fn engine<R>(&mut self, f: impl FnOnce(&mut Engine<Self::Handle>) -> R) -> R;
+    /// The clock, unix ms.
+    fn now(&self) -> u64;
+    /// The lock a command names.
+    fn lock_name(&self, target: &Self::Target) -> LockName;
+
+    // --- keys ------------------------------------------------------------
+
+    /// Opens a command's lock for writing (an ended lease is expired first,
+    /// as the server does when it opens a key).
+    fn open(&mut self, target: &Self::Target) -> Self::Key;
+    /// Opens `name` for writing, from a command or from the server's own
+    /// work (a timer, a job).
+    fn open_name(&mut self, name: &LockName, in_command: bool) -> Self::Key;
+    /// The time to judge the key's lock by.
+    fn key_now(&self, key: &Self::Key) -> u64;
+    /// The lock in the key: `None` if free, `WRONGTYPE` for another type.
+    fn current<'k>(&self, key: &'k Self::Key) -> Result<Option<Lock<'k>>, LockError>;
+    /// The key's expiry, whatever it holds.
+    fn expires_at(&self, key: &Self::Key) -> Option<u64>;
+    /// The stored lease end of the lock in the key (`None`: no lock).
+    fn stored_lease(&self, key: &Self::Key) -> Option<u64>;
+    /// Stores `owner`'s `hold` (and replicates it), then announces `event`.
+    fn write(&mut self, key: &mut Self::Key, owner: &[u8], hold: Hold, lease: Lease, event: Event);
+    /// Deletes the lock (and replicates that), announced as `how` says.
+    fn remove(&mut self, key: &mut Self::Key, how: Removal);
+    /// Puts the key's expiry back to the lease end `at`.
+    fn restore_expiry(&mut self, key: &mut Self::Key, at: u64);
+    /// A fresh fence, above every fence issued before.
+    fn issue_fence(&mut self, now: u64) -> u64;
+
+    // --- gates -----------------------------------------------------------
+
+    /// A master, not loading: the server's own work may write.
+    fn is_writer(&self) -> bool;
+    /// The server pauses writes (`CLIENT PAUSE`, a failover…).
+    fn writes_paused(&mut self) -> bool;
+    /// The replicas Redis counts follow this master (or none are required).
+    fn replicas_follow(&self) -> bool;
+    /// Whether the quarantine lets a fresh hold begin now.
+    fn quarantine_gate(&self) -> Gate;
+    /// The node is in quarantine: it begins no hold, not even a reentry.
+    fn quarantined(&self) -> bool;
+    /// The longest lease a waiter may be granted now (`None`: no cap).
+    fn lease_cap(&self) -> Option<u64>;
+
+    // --- timers ----------------------------------------------------------
+
+    /// Arms a lease check; it calls [`lease_check_fired`].
+    fn arm_lease_check(&mut self, timer: Timer);
+    /// Arms the retry of a closed gate; it calls [`retry_fired`].
+    fn arm_retry(&mut self, delay_ms: u64);
+    /// Arms the pump; it calls [`pump`] once the unit of work that asked is
+    /// done (`from_command`: a command or a notification inside one).
+    fn arm_pump(&mut self, from_command: bool);
+
+    // --- clients ---------------------------------------------------------
+
+    /// Whether the calling client may block (not in MULTI or a script).
+    fn can_block(&self) -> bool;
+    /// Blocks the calling client, to wait on `name` at most `timeout_ms`
+    /// (0: no limit): its id and handle, or `None` if it cannot.
+    fn block(&mut self, name: &LockName, timeout_ms: u64) -> Option<(u64, Self::Handle)>;
+    /// Answers a parked client granted `name` with `fence`, its lease
+    /// running through `until`.
+    fn reply_granted(
+        &mut self,
+        id: u64,
+        handle: Self::Handle,
+        name: &LockName,
+        fence: u64,
+        until: u64,
+    );
+    /// Answers a parked client nil, or only gives its handle back.
+    fn reply_nil(&mut self, id: u64, handle: Self::Handle, why: Nil);
+    /// Where `name`, free here, lives now if it left this node (a cluster
+    /// slot migration): the error its waiters are answered.
+    fn moved_to(&mut self, name: &LockName) -> Option<String>;
+    /// Answers every waiter of `name` with `error`.
+    fn redirect(&mut self, name: &LockName, error: &str);
+}
+
+// ---------------------------------------------------------------------------
+// Commands.
+// ---------------------------------------------------------------------------
+
+/// `LOCK.ACQUIRE`: grant now, park the caller (with `wait_ms`), or nil.
+/// Clients waiting on a lock found free are served first: it is theirs.
+pub fn acquire<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    ttl_ms: u64,
+    wait_ms: Option<u64>,
+) -> Result<Acquired, LockError> {
+    if let Some(name) = waiting_on(host, target) {
+        serve(host, &name, true);
+    }
+    let mut key = host.open(target);
+    let now = host.key_now(&key);
+    let current = host.current(&key)?;
+    let holder_until = current
+        .filter(|lock| lock.is_live(now))
+        .map(|lock| lock.hold.expires_at);
+    let free = holder_until.is_none();
+    let barriers = Barriers {
+        waiters: free && waiting_on(host, target).is_some(),
+        quarantined: host.quarantined(),
+    };
+    let had_value = current.is_some();
+    let decision = lock::acquire(current, owner, ttl_ms, now, barriers, || {
+        host.issue_fence(now)
+    })?;
+    match decision {
+        Acquire::Fresh(hold) => {
+            if had_value {
+                // The previous hold's lease ended: free it as Redis would.
+                host.remove(&mut key, Removal::Expired);
+            }
+            host.write(&mut key, owner, hold, Lease::Moved, Event::Acquire);
+            stats::ACQUIRED.incr();
+            Ok(Acquired::Held(hold))
+        }
+        Acquire::Reentered(hold) => {
+            host.write(&mut key, owner, hold, Lease::Moved, Event::Reenter);
+            stats::REENTERED.incr();
+            owner_active(host, target, owner);
+            lease_changed(host, target, hold.expires_at);
+            Ok(Acquired::Held(hold))
+        }
+        Acquire::Busy => match wait_ms {
+            Some(timeout) if host.can_block() => {
+                drop(key);
+                let name = host.lock_name(target);
+                if !park(host, &name, owner, ttl_ms, timeout, holder_until) {
+                    return Ok(Acquired::Nil);
+                }
+                if free {
+                    // Free but not grantable now (quarantine): served when
+                    // the gate opens.
+                    serve(host, &name, true);
+                }
+                Ok(Acquired::Parked)
+            }
+            _ => Ok(Acquired::Nil),
+        },
+    }
+}
+
+/// `LOCK.REENTER`: the hold, one count deeper.
+pub fn reenter<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    ttl_ms: Option<u64>,
+) -> Result<Hold, LockError> {
+    let mut key = host.open(target);
+    let now = host.key_now(&key);
+    let hold = lock::reenter(host.current(&key)?, owner, ttl_ms, now)?;
+    let lease = if ttl_ms.is_some() {
+        Lease::Moved
+    } else {
+        Lease::Kept
+    };
+    host.write(&mut key, owner, hold, lease, Event::Reenter);
+    stats::REENTERED.incr();
+    owner_active(host, target, owner);
+    lease_changed(host, target, hold.expires_at);
+    Ok(hold)
+}
+
+/// `LOCK.RENEW`: the hold with its new lease.
+pub fn renew<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    ttl_ms: u64,
+) -> Result<Hold, LockError> {
+    let mut key = host.open(target);
+    let now = host.key_now(&key);
+    let hold = lock::renew(host.current(&key)?, owner, ttl_ms, now)?;
+    host.write(&mut key, owner, hold, Lease::Moved, Event::Renew);
+    stats::RENEWED.incr();
+    owner_active(host, target, owner);
+    lease_changed(host, target, hold.expires_at);
+    Ok(hold)
+}
+
+/// `LOCK.RELEASE`: the hold left (`None`: now free). A release to zero
+/// hands the lock to its longest-waiting client in the same command, so no
+/// later command sees it free.
+pub fn release<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    all: bool,
+) -> Result<Option<Hold>, LockError> {
+    let mut key = host.open(target);
+    let now = host.key_now(&key);
+    let remaining = lock::release(host.current(&key)?, owner, all, now)?;
+    stats::RELEASED.incr();
+    owner_active(host, target, owner);
+    match remaining {
+        Some(hold) => host.write(&mut key, owner, hold, Lease::Kept, Event::Release),
+        None => {
+            host.remove(&mut key, Removal::Released);
+            drop(key);
+            if let Some(name) = waiting_on(host, target) {
+                serve(host, &name, true);
+            }
+        }
+    }
+    Ok(remaining)
+}
+
+/// The name of a command's lock if clients wait on it (a free lock is then
+/// theirs, not a newcomer's). Builds no name when nobody waits anywhere.
+pub fn waiting_on<H: Host>(host: &mut H, target: &H::Target) -> Option<LockName> {
+    if !host.engine(|e| e.anyone_waiting()) {
+        return None;
+    }
+    let name = host.lock_name(target);
+    host.engine(|e| e.has_waiters(&name)).then_some(name)
+}
+
+/// `owner` succeeded with a command of its own on its lock: a grant of that
+/// lock to that owner is no longer taken back (see `Engine::owner_active`).
+pub fn owner_active<H: Host>(host: &mut H, target: &H::Target, owner: &[u8]) {
+    if host.engine(|e| e.any_in_flight() || e.has_revokes()) {
+        let name = host.lock_name(target);
+        host.engine(|e| e.owner_active(&name, owner));
+    }
+}
+
+/// The holder's lease of a command's lock now ends at `at`: if clients
+/// wait, check then.
+pub fn lease_changed<H: Host>(host: &mut H, target: &H::Target, at: u64) {
+    if let Some(name) = waiting_on(host, target) {
+        let now = host.now();
+        let timer = host.engine(|e| e.lease_moved(&name, at, now));
+        arm(host, timer);
+    }
+}
+
+/// Parks the calling client at the back of `name`'s queue. `false`: it
+/// could not be blocked, and the caller answers nil.
+fn park<H: Host>(
+    host: &mut H,
+    name: &LockName,
+    owner: &[u8],
+    ttl_ms: u64,
+    timeout_ms: u64,
+    holder_until: Option<u64>,
+) -> bool {
+    let Some((id, handle)) = host.block(name, timeout_ms) else {
+        return false;
+    };
+    let waiter = Waiter {
+        owner: owner.to_vec(),
+        ttl_ms,
+        handle,
+    };
+    let now = host.now();
+    match host.engine(|e| e.park(name.clone(), id, waiter, holder_until, now)) {
+        Ok(timer) => {
+            stats::WAITING.add(1);
+            arm(host, timer);
+        }
+        Err(waiter) => host.reply_nil(id, waiter.handle, Nil::Refused),
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------
+// Reports: a lock may have freed, a timer fired, a client left.
+// ---------------------------------------------------------------------------
+
+/// `name` may have freed (a deletion, a flush, a lease that ended): serve it
+/// once the unit of work that reported it is done.
+pub fn freed<H: Host>(host: &mut H, name: LockName, from_command: bool) {
+    if host.engine(|e| e.freed(name)) {
+        host.arm_pump(from_command);
+    }
+}
+
+/// A lease check fired: serve the lock now.
+pub fn lease_check_fired<H: Host>(host: &mut H, name: &LockName, at: u64) {
+    host.engine(|e| e.lease_check_fired(name, at));
+    serve(host, name, false);
+}
+
+/// The retry of a closed gate fired: pump again (it defers again if the
+/// gate is still closed).
+pub fn retry_fired<H: Host>(host: &mut H) {
+    host.engine(|e| e.retry_fired());
+    pump(host);
+}
+
+/// Client `id`'s `WAIT` deadline passed: nil, if it still waits.
+pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
+    let Some(waiter) = host.engine(|e| e.leave(id)) else {
+        return false;
+    };
+    stats::WAITING.add(-1);
+    stats::WAIT_TIMEOUTS.incr();
+    host.reply_nil(id, waiter.handle, Nil::TimedOut);
+    true
+}
+
+/// Client `id` disconnected (or was unblocked with an error): it leaves its
+/// queue, or the grant it never heard of is taken back at the next pump.
+pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
+    match host.engine(|e| e.gone(id)) {
+        Gone::Waiting(waiter) => {
+            stats::WAITING.add(-1);
+            host.reply_nil(id, waiter.handle, Nil::Left);
+            Left::Waiting
+        }
+        Gone::Revoke { arm_pump } => {
+            if arm_pump {
+                // Not from a command: a job would wait for the next one.
+                host.arm_pump(false);
+            }
+            Left::Revoked
+        }
+        Gone::Unknown => Left::Unknown,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Serving waiters.
+// ---------------------------------------------------------------------------
+
+/// The pump: takes back revoked grants, fixes TTLs, then serves each lock
+/// reported free, in order. Defers it all while the gate is closed.
+pub fn pump<H: Host>(host: &mut H) {
+    let work = host.engine(|e| e.take_pending());
+    if work == Pending::default() {
+        return;
+    }
+    if !host.is_writer() {
+        // A replica's master does this work; loading reports every lock
+        // with waiters again when it ends.
+        return;
+    }
+    if let Gate::Closed { retry_in_ms } = write_gate(host, false) {
+        if let Some(delay) = host.engine(|e| e.defer(work, retry_in_ms)) {
+            host.arm_retry(delay);
+        }
+        return;
+    }
+    for grant in &work.revokes {
+        revoke(host, grant);
+    }
+    for name in &work.ttl_fixes {
+        fix_ttl(host, name);
+    }
+    for name in &work.serves {
+        serve(host, name, false);
+    }
+}
+
+/// Whether the module may write now. Inside a command Redis has checked
+/// the pause and its own count of replicas, but not whether they follow
+/// this master; the server's own work checks all of it.
+fn write_gate<H: Host>(host: &mut H, in_command: bool) -> Gate {
+    if !in_command && host.writes_paused() {
+        Gate::Closed {
+            retry_in_ms: handoff::PAUSE_RETRY_MS,
+        }
+    } else if !host.replicas_follow() {
+        Gate::Closed {
+            retry_in_ms: handoff::REPLICAS_RETRY_MS,
+        }
+    } else {
+        Gate::Open
+    }
+}
+
+/// Looks at `name` and carries out the engine's decision: grant the head
+/// waiter, wait for the holder's lease end, or defer behind a closed gate.
+pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
+    if !in_command && !host.is_writer() {
+        return;
+    }
+    let gate = match write_gate(host, in_command) {
+        closed @ Gate::Closed { .. } => closed,
+        Gate::Open => host.quarantine_gate(),
+    };
+    if gate != Gate::Open {
+        // The key is not even opened: during a pause Redis keeps expired
+        // keys, and writing over one aborts the server. (In quarantine a
+        // lock that frees waits for its waiters until the gate opens.)
+        let now = host.now();
+        if let Serve::Deferred {
+            retry_in_ms: Some(delay),
+        } = host.engine(|e| e.serve(name, Key::Free, now, gate, None))
+        {
+            host.arm_retry(delay);
+        }
+        return;
+    }
+    let mut key = host.open_name(name, in_command);
+    let now = host.key_now(&key);
+    let seen = match host.current(&key) {
+        Ok(None) => Key::Free,
+        Ok(Some(lock)) => Key::Held {
+            until: lock.hold.expires_at,
+        },
+        Err(_) => Key::Foreign {
+            until: host.expires_at(&key),
+        },
+    };
+    if seen == Key::Free {
+        // A cluster slot migration may have moved the lock to another node:
+        // its waiters follow it there instead of being granted it here.
+        if let Some(error) = host.moved_to(name) {
+            drop(key);
+            return host.redirect(name, &error);
+        }
+    }
+    // A client that waited gets at most the lease cap in force now.
+    let cap = host.lease_cap();
+    match host.engine(|e| e.serve(name, seen, now, Gate::Open, cap)) {
+        Serve::Wait(timer) => arm(host, timer),
+        Serve::Deferred { .. } => {}
+        Serve::Grant(grant) => hand_over(host, &mut key, name, grant, now),
+    }
+}
+
+/// Writes the lock for the granted client and answers it with its fence.
+fn hand_over<H: Host>(
+    host: &mut H,
+    key: &mut H::Key,
+    name: &LockName,
+    grant: Grant<H::Handle>,
+    now: u64,
+) {
+    let Grant {
+        id,
+        waiter,
+        end_previous,
+        until,
+        then,
+    } = grant;
+    let Waiter { owner, handle, .. } = waiter;
+    stats::WAITING.add(-1);
+    if end_previous {
+        // The lease ended at its expiry; Redis would expire the key only a
+        // millisecond later (once now > expiry). Free it as Redis would.
+        host.remove(key, Removal::Expired);
+    }
+    let hold = Hold {
+        count: 1,
+        fence: host.issue_fence(now),
+        expires_at: until,
+    };
+    host.write(key, &owner, hold, Lease::Moved, Event::Acquire);
+    stats::ACQUIRED.incr();
+    stats::HANDOFFS.incr();
+    let fence = hold.fence;
+    host.engine(|e| {
+        e.granted(
+            id,
+            InFlight {
+                name: name.clone(),
+                owner,
+                fence,
+            },
+        )
+    });
+    host.reply_granted(id, handle, name, fence, until);
+    arm(host, then);
+}
+
+/// Takes back a grant whose client never got the reply: frees the lock if
+/// it is still exactly that grant — same owner and fence, count 1 — and
+/// serves the next waiter. A hold the same owner reentered meanwhile (from
+/// another connection) is in use, and stays.
+fn revoke<H: Host>(host: &mut H, grant: &InFlight) {
+    let key = host.open_name(&grant.name, false);
+    let current = host.current(&key).ok().flatten();
+    if lock::revocable(current, &grant.owner, grant.fence) {
+        delete_and_serve(host, key, &grant.name);
+    }
+}
+
+/// Deletes the lock in `key` (as `DEL` would) and serves `name`'s next waiter.
+fn delete_and_serve<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
+    host.remove(&mut key, Removal::Deleted);
+    drop(key);
+    serve(host, name, false);
+}
+
+/// Puts back the lease of a lock whose TTL another command changed, or
+/// deletes it if its lease has ended (no lock lives forever).
+fn fix_ttl<H: Host>(host: &mut H, name: &LockName) {
+    let mut key = host.open_name(name, false);
+    let Some(lease) = host.stored_lease(&key) else {
+        return;
+    };
+    let now = host.key_now(&key);
+    let expiry = host.expires_at(&key);
+    match lock::ttl_fix(lease, expiry, now) {
+        // A TTL shorter than the lease ends the hold then, as a lease end
+        // does: waiters are checked at that TTL, not at the lease end, nor
+        // whenever Redis's expiry cycle happens to find the key.
+        TtlFix::Keep => {
+            if let Some(at) = expiry {
+                let timer = host.engine(|e| e.lease_moved(name, at, now));
+                arm(host, timer);
+            }
+        }
+        TtlFix::Restore(at) => {
+            host.restore_expiry(&mut key, at);
+            // Waiters check at the lease end, not at the TTL someone set.
+            let timer = host.engine(|e| e.lease_moved(name, at, now));
+            arm(host, timer);
+        }
+        TtlFix::Delete => delete_and_serve(host, key, name),
+    }
+}
+
+fn arm<H: Host>(host: &mut H, timer: Option<Timer>) {
+    if let Some(timer) = timer {
+        host.arm_lease_check(timer);
+    }
+}
