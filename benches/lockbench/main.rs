@@ -45,8 +45,10 @@ use std::time::{Duration, Instant};
 use contended::Contended;
 use drain::{Drain, Fifo};
 use locks::{Kind, Scripts, Waiting};
+use redislock_testkit::bench::BenchArgs;
+use redislock_testkit::try_module_path;
 use report::{count, millis, num, percent, ratio, verdict, Table};
-use server::{build_seed_shim, module_path, Machine, RunDir, Server};
+use server::{build_seed_shim, Machine, RunDir, Server};
 use stats::median;
 use throughput::{Bench, PairRun, Subject};
 
@@ -170,23 +172,14 @@ impl Results {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if !args.iter().any(|a| a == "--bench") {
-        eprintln!(
-            "lockbench: run it with `cargo bench --bench lockbench [-- --quick]` or `make bench`"
-        );
+    let Some(args) = BenchArgs::parse(
+        "lockbench: run it with `cargo bench --bench lockbench [-- --quick]` or `make bench`",
+    ) else {
         return ExitCode::SUCCESS;
-    }
-    let plan = if args.iter().any(|a| a == "--quick") {
-        &QUICK
-    } else {
-        &FULL
     };
+    let plan = if args.quick { &QUICK } else { &FULL };
     let only: Vec<String> = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .map(|list| list.split(',').map(str::to_string).collect())
+        .only
         .unwrap_or_else(|| SECTIONS.iter().map(ToString::to_string).collect());
     if let Some(bad) = only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
         eprintln!(
@@ -210,7 +203,7 @@ fn run(plan: &Plan, only: &[String]) -> Res<bool> {
     // Pin before any thread starts: threads and children inherit it.
     let machine = Machine::probe_and_pin()?;
     server::start_watchdog(plan.budget);
-    let module = module_path()?;
+    let module = try_module_path()?;
     let run_dir = RunDir::create()?;
     let shim = build_seed_shim(&run_dir.0)?;
     let main = Server::start(&run_dir.0, "main", Some(&module), &machine.pinning, 12_000)?;
