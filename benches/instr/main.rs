@@ -22,7 +22,7 @@
 //! |---|---|
 //! | [`callgrind`] | a server under callgrind, and counting a workload |
 //! | [`work`] | the workloads: command sequences, rings of waiting clients |
-//! | `resp`, `server`, `stats`, `report`, `locks`, `memory` | shared with `lockbench` |
+//! | `resp`, `server`, `stats`, `markdown`, `locks`, `memory` | shared with `lockbench` |
 //!
 //! Without `--bench` (as `cargo test --all-targets` runs it) it does nothing.
 
@@ -34,11 +34,11 @@ mod work;
 #[path = "../lockbench/locks.rs"]
 mod locks;
 #[allow(dead_code)]
+#[path = "../lockbench/markdown.rs"]
+mod markdown;
+#[allow(dead_code)]
 #[path = "../lockbench/memory.rs"]
 mod memory;
-#[allow(dead_code)]
-#[path = "../lockbench/report.rs"]
-mod report;
 #[allow(dead_code)]
 #[path = "../lockbench/resp.rs"]
 mod resp;
@@ -58,9 +58,9 @@ use std::time::{Duration, Instant};
 
 use callgrind::{Seed, Setup, VgServer};
 use locks::{Kind, Scripts};
-use redislock_testkit::bench::BenchArgs;
+use markdown::{count, ratio, Table};
+use redislock_testkit::bench::{self, BenchArgs};
 use redislock_testkit::{server_bin, try_module_path};
-use report::{count, ratio, Table};
 use server::{Pinning, RunDir};
 use work::{Expect, Ring, Steps, Token, Workload, TTL_MS};
 
@@ -178,21 +178,12 @@ impl Results {
 }
 
 fn main() -> ExitCode {
-    let Some(args) = BenchArgs::parse(
-        "instr: run it with `cargo bench --bench instr [-- --quick]` or `make bench-instr`",
-    ) else {
+    let Some(args) = BenchArgs::parse("instr", "bench-instr") else {
         return ExitCode::SUCCESS;
     };
     let plan = if args.quick { &QUICK } else { &FULL };
     let only = args.only.unwrap_or_default();
-    match run(plan, &only) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("instr: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::exit_code("instr", run(plan, &only))
 }
 
 /// The whole run; `Ok(false)` if some measurement failed.
@@ -533,7 +524,7 @@ fn render(plan: &Plan, version: &str, seed: u64, results: &Results, took: Durati
         out,
         "{}, module {}, hash seed {seed}, {} and {} operations per counted run, each figure measured twice \
          (\"runs differ by\": the larger of the two columns' differences); the whole run took {:.1} min.\n",
-        report::utc_now(),
+        markdown::utc_now(),
         server::source_revision(),
         count(plan.n1 as f64),
         count(plan.n2 as f64),

@@ -2,9 +2,10 @@
 //! servers: their command line, and C shims preloaded into a process
 //! (`LD_PRELOAD`) to pin what it would otherwise draw at random.
 
+use std::fmt::Display;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 
 /// A bench's command line: `cargo bench --bench <name> [-- --quick] [--
 /// --only a,b]`.
@@ -18,11 +19,13 @@ pub struct BenchArgs {
 impl BenchArgs {
     /// This process's arguments, or `None` without `--bench`: `cargo test
     /// --all-targets` runs a bench binary that way, and it should then do
-    /// nothing. `usage` is printed in that case.
-    pub fn parse(usage: &str) -> Option<BenchArgs> {
+    /// nothing but say how to run bench `name` (`make <target>`).
+    pub fn parse(name: &str, target: &str) -> Option<BenchArgs> {
         let args: Vec<String> = std::env::args().skip(1).collect();
         if !args.iter().any(|a| a == "--bench") {
-            eprintln!("{usage}");
+            eprintln!(
+                "{name}: run it with `cargo bench --bench {name} [-- --quick]` or `make {target}`"
+            );
             return None;
         }
         let only = args
@@ -34,6 +37,19 @@ impl BenchArgs {
             quick: args.iter().any(|a| a == "--quick"),
             only,
         })
+    }
+}
+
+/// The exit status of bench `name` from its run: failure if a measurement
+/// failed (`Ok(false)`) or the run could not go on (`Err`, printed).
+pub fn exit_code<E: Display>(name: &str, run: Result<bool, E>) -> ExitCode {
+    match run {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
