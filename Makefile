@@ -83,7 +83,7 @@ integration-valkey: build valkey python-env ## The same integration tests on Val
 	cargo build --release --workspace --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
-lint: ## rustfmt and clippy over the workspace (module, client, model), as before every commit
+lint: ## rustfmt and clippy over the workspace (module, client, model, testkit), as before every commit
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 

@@ -19,12 +19,15 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::resp::{Conn, Reply};
-use crate::server::{forget_child, redis_server_bin, track_child};
+use redislock_testkit::bench::compile_preload;
+use redislock_testkit::Server;
+
+use crate::resp::Conn;
+use crate::server::{forget_child, track_child};
 use crate::Res;
 
 /// How long a server under valgrind gets to answer `PING` (it starts about
@@ -78,24 +81,7 @@ impl Seed {
                 .map_err(|_| format!("{INSTR_SEED}={v}: not a number"))?,
             Err(_) => 1,
         };
-        let source = dir.join("seed.c");
-        let shim = dir.join("seed.so");
-        fs::write(&source, SEED_SHIM_C)?;
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let out = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&shim)
-            .arg(&source)
-            .arg("-ldl")
-            .output()
-            .map_err(|e| format!("cannot run the C compiler {cc}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "building the seed shim failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-            .into());
-        }
+        let shim = compile_preload(dir, "seed", SEED_SHIM_C, "the seed shim")?;
         // splitmix64: any fixed bytes would do, as long as each seed has its own.
         let mut state = value;
         let mut bytes = Vec::with_capacity(4096);
@@ -141,10 +127,12 @@ impl Setup {
     }
 }
 
-/// One `redis-server` running under `valgrind --tool=callgrind`.
+/// One `redis-server` running under `valgrind --tool=callgrind`: a server of
+/// the workspace's test kit, started through valgrind.
 pub struct VgServer {
-    pub port: u16,
-    child: Child,
+    server: Server,
+    /// Its process id, which valgrind keeps for the server it runs.
+    pid: u32,
     /// Callgrind's output file; dump `k` is written to `<out>.<k>`.
     out: PathBuf,
     dumps: usize,
@@ -166,12 +154,9 @@ impl VgServer {
         seed: &Seed,
     ) -> Res<VgServer> {
         fs::create_dir_all(dir)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
         let out = dir.join("callgrind.out");
         let path = |p: &Path| p.display().to_string();
-        let mut args: Vec<String> = vec![
+        let valgrind_args: Vec<String> = vec![
             "--tool=callgrind".into(),
             format!("--callgrind-out-file={}", path(&out)),
             format!("--log-file={}", path(&dir.join("valgrind.log"))),
@@ -181,44 +166,35 @@ impl VgServer {
             "--toggle-collect=serverCron".into(),
             // `--toggle-collect` turns collection off at start unless told.
             "--collect-atstart=yes".into(),
-            redis_server_bin(),
-            "--port".into(),
-            port.to_string(),
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--daemonize".into(),
-            "no".into(),
-            "--dir".into(),
-            path(dir),
-            "--logfile".into(),
-            path(&dir.join("redis.log")),
-            "--save".into(),
-            String::new(),
-            "--appendonly".into(),
-            if setup.aof { "yes" } else { "no" }.into(),
-            "--maxclients".into(),
-            "4000".into(),
-            // Under valgrind a command may take over 10 ms of wall time, and
-            // logging it would be counted; natively none is that slow.
-            "--slowlog-log-slower-than".into(),
-            "-1".into(),
         ];
-        if setup.module {
-            args.extend(["--loadmodule".into(), path(module)]);
-        }
-        let child = Command::new(valgrind_bin())
-            .args(&args)
+        let mut builder = Server::builder()
+            .label(name)
+            .dir(dir)
+            .wrapper(&valgrind_bin(), &valgrind_args)
             .env("LD_PRELOAD", &seed.shim)
             .env("INSTR_RANDOM_FILE", &seed.random_file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", valgrind_bin()))?;
-        track_child(child.id());
-        let mut server = VgServer {
-            port,
-            child,
+            .ready_timeout(READY_TIMEOUT)
+            .config("appendonly", if setup.aof { "yes" } else { "no" })
+            .config("maxclients", 4000)
+            // Under valgrind a command may take over 10 ms of wall time, and
+            // logging it would be counted; natively none is that slow.
+            .config("slowlog-log-slower-than", -1);
+        builder = if setup.module {
+            builder.module(module)
+        } else {
+            builder.without_module()
+        };
+        let server = builder.try_start().map_err(|why| {
+            let vg = fs::read_to_string(dir.join("valgrind.log")).unwrap_or_default();
+            format!("redis-server under valgrind: {why}\n--- valgrind log ---\n{vg}")
+        })?;
+        let pid = server
+            .pid()
+            .ok_or("the server under valgrind is not running")?;
+        track_child(pid);
+        Ok(VgServer {
+            server,
+            pid,
             out,
             dumps: 0,
             vgdb_prefix: path(&dir.join("vgdb")),
@@ -226,46 +202,18 @@ impl VgServer {
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
                 .collect(),
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(status) = server.child.try_wait()? {
-                let log = fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
-                let vg = fs::read_to_string(dir.join("valgrind.log")).unwrap_or_default();
-                return Err(format!(
-                    "redis-server under valgrind exited at start ({status})\n\
-                     --- redis log ---\n{log}\n--- valgrind log ---\n{vg}"
-                )
-                .into());
-            }
-            if let Ok(mut con) = Conn::connect(port) {
-                if let Ok(Reply::Bulk(info)) = con.call(&["INFO", "server"]) {
-                    let pid = format!("process_id:{}", server.child.id());
-                    if String::from_utf8_lossy(&info)
-                        .lines()
-                        .any(|l| l.trim() == pid)
-                    {
-                        return Ok(server);
-                    }
-                    return Err(format!("port {port} answers for another process").into());
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(format!("redis-server did not answer within {READY_TIMEOUT:?}").into());
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// Waits for the server to be idle: see [`Idle`].
     pub fn idle(&self) -> Idle {
         Idle {
-            syscall: PathBuf::from(format!("/proc/{0}/task/{0}/syscall", self.child.id())),
+            syscall: PathBuf::from(format!("/proc/{0}/task/{0}/syscall", self.pid)),
         }
     }
 
     pub fn conn(&self) -> Res<Conn> {
-        Ok(Conn::connect(self.port)?)
+        Ok(Conn::connect(self.server.port())?)
     }
 
     /// Instructions the server executed while `work` ran.
@@ -296,7 +244,7 @@ impl VgServer {
     fn control(&self, flag: &str) -> Res<()> {
         let out = Command::new(callgrind_control_bin())
             .arg(format!("--vgdb-prefix={}", self.vgdb_prefix))
-            .args([flag, &self.child.id().to_string()])
+            .args([flag, &self.pid.to_string()])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", callgrind_control_bin()))?;
@@ -350,9 +298,8 @@ impl Idle {
 
 impl Drop for VgServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        forget_child(self.child.id());
+        // The kit's server kills and waits for its process as it drops.
+        forget_child(self.pid);
     }
 }
 

@@ -22,7 +22,7 @@
 //! |---|---|
 //! | [`callgrind`] | a server under callgrind, and counting a workload |
 //! | [`work`] | the workloads: command sequences, rings of waiting clients |
-//! | `resp`, `server`, `stats`, `report`, `locks`, `memory` | shared with `lockbench` |
+//! | `resp`, `server`, `stats`, `markdown`, `locks`, `memory` | shared with `lockbench` |
 //!
 //! Without `--bench` (as `cargo test --all-targets` runs it) it does nothing.
 
@@ -34,11 +34,11 @@ mod work;
 #[path = "../lockbench/locks.rs"]
 mod locks;
 #[allow(dead_code)]
+#[path = "../lockbench/markdown.rs"]
+mod markdown;
+#[allow(dead_code)]
 #[path = "../lockbench/memory.rs"]
 mod memory;
-#[allow(dead_code)]
-#[path = "../lockbench/report.rs"]
-mod report;
 #[allow(dead_code)]
 #[path = "../lockbench/resp.rs"]
 mod resp;
@@ -58,8 +58,10 @@ use std::time::{Duration, Instant};
 
 use callgrind::{Seed, Setup, VgServer};
 use locks::{Kind, Scripts};
-use report::{count, ratio, Table};
-use server::{module_path, redis_server_bin, Pinning, RunDir};
+use markdown::{count, ratio, Table};
+use redislock_testkit::bench::{self, BenchArgs};
+use redislock_testkit::{server_bin, try_module_path};
+use server::{Pinning, RunDir};
 use work::{Expect, Ring, Steps, Token, Workload, TTL_MS};
 
 /// Errors of the bench itself: a message for the person running it.
@@ -176,38 +178,18 @@ impl Results {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if !args.iter().any(|a| a == "--bench") {
-        eprintln!(
-            "instr: run it with `cargo bench --bench instr [-- --quick]` or `make bench-instr`"
-        );
+    let Some(args) = BenchArgs::parse("instr", "bench-instr") else {
         return ExitCode::SUCCESS;
-    }
-    let plan = if args.iter().any(|a| a == "--quick") {
-        &QUICK
-    } else {
-        &FULL
     };
-    let only: Vec<String> = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .map(|list| list.split(',').map(str::to_string).collect())
-        .unwrap_or_default();
-    match run(plan, &only) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("instr: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let plan = if args.quick { &QUICK } else { &FULL };
+    let only = args.only.unwrap_or_default();
+    bench::exit_code("instr", run(plan, &only))
 }
 
 /// The whole run; `Ok(false)` if some measurement failed.
 fn run(plan: &Plan, only: &[String]) -> Res<bool> {
     server::start_watchdog(plan.budget);
-    let module = module_path()?;
+    let module = try_module_path()?;
     let run_dir = RunDir::create()?;
     let version = server_version()?;
     let seed = Seed::prepare(&run_dir.0)?;
@@ -215,7 +197,7 @@ fn run(plan: &Plan, only: &[String]) -> Res<bool> {
     eprintln!(
         "instr ({} run): {} {version} under callgrind, {} and {} operations per counted run",
         plan.name,
-        redis_server_bin(),
+        server_bin(),
         plan.n1,
         plan.n2
     );
@@ -422,10 +404,10 @@ fn bytes_per_lock(run_dir: &Path, module: &Path, n: usize) -> Res<(f64, f64)> {
 
 /// `redis-server --version`: `7.0.15`.
 fn server_version() -> Res<String> {
-    let out = Command::new(redis_server_bin())
+    let out = Command::new(server_bin())
         .arg("--version")
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", redis_server_bin()))?;
+        .map_err(|e| format!("cannot run {}: {e}", server_bin()))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let version = text
         .split_whitespace()
@@ -542,7 +524,7 @@ fn render(plan: &Plan, version: &str, seed: u64, results: &Results, took: Durati
         out,
         "{}, module {}, hash seed {seed}, {} and {} operations per counted run, each figure measured twice \
          (\"runs differ by\": the larger of the two columns' differences); the whole run took {:.1} min.\n",
-        report::utc_now(),
+        markdown::utc_now(),
         server::source_revision(),
         count(plan.n1 as f64),
         count(plan.n2 as f64),

@@ -1,9 +1,10 @@
 //! The machine under test: `redis-server` processes with the module loaded,
 //! CPU pinning, the seed shim for `redis-benchmark`, and the watchdog.
 //!
-//! Each [`Server`] gets a free loopback port, a dir of its own under the run's
-//! temp dir, no persistence (`--save "" --appendonly no`), and is killed and
-//! waited for on drop. When the machine has two or more CPUs the server gets
+//! Each [`Server`] is a server of the workspace's test kit
+//! (`redislock-testkit`): a free loopback port, chosen by `LOCK_SERVER` as
+//! for the tests, a dir of its own under the run's temp dir, no persistence
+//! (`--save "" --appendonly no`), killed and waited for on drop. When the machine has two or more CPUs the server gets
 //! one to itself and every client (this process, its threads and
 //! `redis-benchmark`) runs on the others, so client load does not steal the
 //! server's core and runs repeat better.
@@ -11,18 +12,17 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use redislock_testkit::bench::compile_preload;
+use redislock_testkit::server_bin;
+
 use crate::resp::Conn;
 use crate::Res;
-
-/// How long a started server gets to answer `PING`.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Processes this run started, for the watchdog to kill if the run overruns.
 static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
@@ -115,10 +115,10 @@ impl Machine {
                     .map(|m| m.trim().to_string())
             })
             .unwrap_or_else(|| "unknown CPU".into());
-        let out = Command::new(redis_server_bin())
+        let out = Command::new(server_bin())
             .arg("--version")
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", redis_server_bin()))?;
+            .map_err(|e| format!("cannot run {}: {e}", server_bin()))?;
         let redis_version = String::from_utf8_lossy(&out.stdout)
             .split_whitespace()
             .take(3)
@@ -169,14 +169,6 @@ fn allowed_cpus() -> Option<Vec<usize>> {
     Some(cpus)
 }
 
-/// The server binary: `LOCK_SERVER`, else `REDIS_SERVER`, else
-/// `redis-server` (as the integration tests choose it).
-pub fn redis_server_bin() -> String {
-    std::env::var("LOCK_SERVER")
-        .or_else(|_| std::env::var("REDIS_SERVER"))
-        .unwrap_or_else(|_| "redis-server".into())
-}
-
 pub fn redis_benchmark_bin() -> String {
     std::env::var("REDIS_BENCHMARK").unwrap_or_else(|_| "redis-benchmark".into())
 }
@@ -201,22 +193,6 @@ pub fn source_revision() -> String {
         },
         None => "unknown".into(),
     }
-}
-
-/// The module under test: `LOCK_MODULE`, else this crate's release build.
-pub fn module_path() -> Res<PathBuf> {
-    let path = match std::env::var_os("LOCK_MODULE") {
-        Some(path) => PathBuf::from(path),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libredislock.so"),
-    };
-    if !path.is_file() {
-        return Err(format!(
-            "module {} not found: build it first (cargo build --release; make bench does it)",
-            path.display()
-        )
-        .into());
-    }
-    Ok(path)
 }
 
 /// The run's scratch dir (servers' dirs, the seed shim); removed on drop.
@@ -255,33 +231,20 @@ void srandom(unsigned int seed) {
 }
 "#;
 
-/// Compiles the seed shim with the C compiler (`CC`, default `cc`).
+/// Compiles the seed shim (see [`SEED_SHIM_C`]).
 pub fn build_seed_shim(dir: &Path) -> Res<PathBuf> {
-    let source = dir.join("seed.c");
-    let shim = dir.join("seed.so");
-    fs::write(&source, SEED_SHIM_C)?;
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&shim)
-        .arg(&source)
-        .arg("-ldl")
-        .output()
-        .map_err(|e| format!("cannot run the C compiler {cc}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "building the redis-benchmark seed shim failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    Ok(shim)
+    Ok(compile_preload(
+        dir,
+        "seed",
+        SEED_SHIM_C,
+        "the redis-benchmark seed shim",
+    )?)
 }
 
-/// One `redis-server` with the module loaded.
+/// One `redis-server` with the module loaded, known to the watchdog.
 pub struct Server {
     pub port: u16,
-    child: Child,
+    server: redislock_testkit::Server,
 }
 
 impl Server {
@@ -296,29 +259,33 @@ impl Server {
         pinning: &Pinning,
         maxclients: usize,
     ) -> Res<Server> {
-        let dir = run_dir.join(label);
-        fs::create_dir_all(&dir)?;
-        let mut failures = Vec::new();
-        // Another process may take the port between our probe and the bind.
-        for _ in 0..5 {
-            let port = free_port()?;
-            match launch(&dir, port, module, pinning, maxclients) {
-                Ok(server) => return Ok(server),
-                Err(why) => failures.push(format!("port {port}: {why}")),
-            }
+        let mut builder = redislock_testkit::Server::builder()
+            .label(label)
+            .dir(&run_dir.join(label))
+            .config("appendonly", "no")
+            // DEBUG HTSTATS, to wait for the keyspace's rehashing to end.
+            .config("enable-debug-command", "local")
+            .config("maxclients", maxclients);
+        builder = match module {
+            Some(module) => builder.module(module),
+            None => builder.without_module(),
+        };
+        if let Some(cpu) = &pinning.server {
+            builder = builder.wrapper("taskset", &["-c".into(), cpu.clone()]);
         }
-        let log = fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
-        Err(format!(
-            "redis-server did not start:\n{}\n--- log ---\n{log}",
-            failures.join("\n")
-        )
-        .into())
+        let server = builder.try_start()?;
+        if let Some(pid) = server.pid() {
+            track_child(pid);
+        }
+        Ok(Server {
+            port: server.port(),
+            server,
+        })
     }
 
     /// A `redis` crate connection, for control commands and bulk loads.
     pub fn control(&self) -> Res<redis::Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(10))?;
+        let con = self.server.try_conn()?;
         con.set_read_timeout(Some(crate::resp::IO_TIMEOUT))?;
         con.set_write_timeout(Some(crate::resp::IO_TIMEOUT))?;
         Ok(con)
@@ -332,89 +299,11 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        forget_child(self.child.id());
+        // The kit's server kills and waits for its process as it drops.
+        if let Some(pid) = self.server.pid() {
+            forget_child(pid);
+        }
     }
-}
-
-fn launch(
-    dir: &Path,
-    port: u16,
-    module: Option<&Path>,
-    pinning: &Pinning,
-    maxclients: usize,
-) -> Res<Server> {
-    let mut command = match &pinning.server {
-        Some(cpu) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpu]).arg(redis_server_bin());
-            c
-        }
-        None => Command::new(redis_server_bin()),
-    };
-    let path = |p: &Path| p.display().to_string();
-    let mut args: Vec<String> = vec![
-        "--port".into(),
-        port.to_string(),
-        "--bind".into(),
-        "127.0.0.1".into(),
-        "--daemonize".into(),
-        "no".into(),
-        "--dir".into(),
-        path(dir),
-        "--logfile".into(),
-        path(&dir.join("redis.log")),
-        "--save".into(),
-        String::new(),
-        "--appendonly".into(),
-        "no".into(),
-        // DEBUG HTSTATS, to wait for the keyspace's rehashing to end.
-        "--enable-debug-command".into(),
-        "local".into(),
-        "--maxclients".into(),
-        maxclients.to_string(),
-    ];
-    if let Some(module) = module {
-        args.extend(["--loadmodule".into(), path(module)]);
-    }
-    let child = command
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", redis_server_bin()))?;
-    track_child(child.id());
-    let mut server = Server { port, child };
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        if let Ok(Some(status)) = server.child.try_wait() {
-            return Err(format!("exited at start ({status})").into());
-        }
-        if let Ok(mut con) = Conn::connect(port) {
-            if let Ok(crate::resp::Reply::Status(pong)) = con.call(&["PING"]) {
-                if pong == "PONG" {
-                    // Only our own process counts: check its pid.
-                    let info = info_map(&mut server.control()?, "server")?;
-                    if info.get("process_id").map(String::as_str)
-                        == Some(server.child.id().to_string().as_str())
-                    {
-                        return Ok(server);
-                    }
-                    return Err("the port answers for another process".into());
-                }
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!("no PONG within {READY_TIMEOUT:?}").into());
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// `INFO <section>` as field → value.

@@ -3,17 +3,15 @@
 //! in the same run: acquire + release latency without contention, and lock
 //! cycles per second with 4 contenders on one key. Bounded well under 2 min.
 //!
-//! Environment: `LOCK_MODULE` (default ../target/release/libredislock.so),
-//! `LOCK_SERVER` (default redis-server).
+//! The servers come from the workspace's test kit (`redislock-testkit`), so
+//! `LOCK_MODULE` and `LOCK_SERVER` choose them as for the tests.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redislock_client::{LockOptions, Redlock, RedlockOptions};
+use redislock_testkit::Server;
 
 const LATENCY_ROUNDS: usize = 2_000;
 const WARM_UP: usize = 100;
@@ -22,76 +20,6 @@ const CONTENDED_FOR: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(10);
 /// Both clients wait up to this (random) between failed rounds.
 const RETRY_DELAY: Duration = Duration::from_millis(5);
-
-/// A `redis-server` with the module, killed on drop.
-struct Server {
-    port: u16,
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Server {
-    fn start() -> Server {
-        let module = std::env::var_os("LOCK_MODULE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/libredislock.so")
-            });
-        assert!(
-            module.is_file(),
-            "build the module first: {}",
-            module.display()
-        );
-        let bin = std::env::var("LOCK_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
-        let dir =
-            std::env::temp_dir().join(format!("redislock-bench-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("bench dir");
-        let child = Command::new(bin)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--loadmodule")
-            .arg(&module)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the server");
-        let server = Server { port, child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis::Client::open(server.url())
-            .and_then(|c| c.get_connection())
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_err()
-        {
-            assert!(Instant::now() < deadline, "server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 struct Row {
     name: &'static str,

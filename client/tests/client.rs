@@ -1,10 +1,7 @@
 //! The client against real servers (`redis-server` or `valkey-server` with
 //! the module): one binary, one `mod` per area, each test with servers of its
-//! own. Build the module first (`cargo build --release` at the root).
-
-#[allow(dead_code)]
-#[path = "client/harness.rs"]
-mod harness;
+//! own, started by the workspace's test kit (`redislock-testkit`). Build the
+//! module first (`cargo build --release` at the root).
 
 /// A Redis Cluster of three masters: guards, watchdog, waits and drops
 /// routed by key.

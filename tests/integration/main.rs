@@ -2,7 +2,8 @@
 //! TCP as a client would, against the contract in docs/commands.md.
 //!
 //! Every test starts its own server(s) on a free loopback port with a temp dir
-//! of its own (see `harness`), so tests run in parallel. The module must be
+//! of its own (the workspace's test kit, `testkit/`, which `harness`
+//! re-exports with what only this suite needs), so tests run in parallel. The module must be
 //! built first: `cargo build --release` (`make test` does it), or point
 //! `LOCK_MODULE` at another build. A failing test prints its servers' logs.
 //!

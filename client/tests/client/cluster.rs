@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redislock_client::{blocking, Client, Error, LockOptions, LossReason};
 
-use crate::harness::{wait_until, Cluster};
+use redislock_testkit::{wait_until, Cluster};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -17,7 +17,7 @@ async fn guards_watchdog_and_waits_on_every_master() {
     let cluster = Cluster::start();
     let client = Client::cluster(cluster.urls()).unwrap();
     let opts = LockOptions::new(Duration::from_millis(300)).wait(SECOND * 5);
-    let mut ports: Vec<u16> = KEYS.iter().map(|k| cluster.node_of(k).port).collect();
+    let mut ports: Vec<u16> = KEYS.iter().map(|k| cluster.node_of(k).port()).collect();
     ports.dedup();
     assert_eq!(ports.len(), 3, "the keys cover the three masters");
 
@@ -25,7 +25,10 @@ async fn guards_watchdog_and_waits_on_every_master() {
     for key in KEYS {
         let guard = client.lock(key, &opts).await.unwrap();
         let node = cluster.node_of(key);
-        assert_eq!(node.lock_info(key).map(|i| i.1 as u64), Some(guard.fence()));
+        assert_eq!(
+            node.lock_info(key).map(|i| i.fence as u64),
+            Some(guard.fence())
+        );
         guards.push(guard);
     }
     // Several leases: each master saw renews for its key.
@@ -43,7 +46,7 @@ async fn guards_watchdog_and_waits_on_every_master() {
     };
     let node = cluster.node_of(KEYS[0]);
     wait_until("one waiter", SECOND * 5, || {
-        node.lock_info(KEYS[0]).map(|i| i.2) == Some(1)
+        node.lock_info(KEYS[0]).map(|i| i.waiters) == Some(1)
     });
     let old = guards.remove(0);
     let old_fence = old.fence();
@@ -59,12 +62,12 @@ async fn guards_watchdog_and_waits_on_every_master() {
     };
     let node = cluster.node_of(KEYS[1]);
     wait_until("one waiter", SECOND * 5, || {
-        node.lock_info(KEYS[1]).map(|i| i.2) == Some(1)
+        node.lock_info(KEYS[1]).map(|i| i.waiters) == Some(1)
     });
     cancelled.abort();
     let _ = cancelled.await;
     wait_until("no waiter", SECOND * 5, || {
-        node.lock_info(KEYS[1]).map(|i| i.2) == Some(0)
+        node.lock_info(KEYS[1]).map(|i| i.waiters) == Some(0)
     });
 
     drop(handed);
@@ -92,7 +95,7 @@ async fn guards_watchdog_and_waits_on_every_master() {
     });
     assert!(!guard.is_lost(), "lost: {:?}", guard.loss().reason());
     assert_eq!(
-        node.lock_info(KEYS[2]).map(|i| i.0),
+        node.lock_info(KEYS[2]).map(|i| i.owner_text()),
         Some(guard.owner().to_string())
     );
     drop(guard);

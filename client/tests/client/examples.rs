@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use crate::harness::Server;
+use redislock_testkit::Server;
 
 /// An example binary; `cargo test` builds the examples beside the tests.
 fn example(name: &str) -> PathBuf {

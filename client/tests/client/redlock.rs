@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redislock_client::{blocking, Error, LockOptions, LossReason, Redlock, RedlockOptions};
 
-use crate::harness::{wait_until, Server};
+use redislock_testkit::{wait_until, Server};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -46,9 +46,13 @@ async fn majority_grants_and_a_minority_is_released() {
     let _: i64 = s[2].q(&["LOCK.ACQUIRE", "k", "other", "60000"]);
     let guard = redlock.try_lock("k", &opts).await.unwrap();
     for server in &s[..2] {
-        let (owner, fence, _) = server.lock_info("k").expect("held");
-        assert_eq!(owner, guard.owner());
-        assert_eq!(fence as u64, guard.fence(), "raised to the quorum's fence");
+        let info = server.lock_info("k").expect("held");
+        assert_eq!(info.owner_text(), guard.owner());
+        assert_eq!(
+            info.fence as u64,
+            guard.fence(),
+            "raised to the quorum's fence"
+        );
     }
     guard.release_all().await.unwrap();
     assert!(s[0].lock_info("k").is_none() && s[1].lock_info("k").is_none());
@@ -272,7 +276,7 @@ fn hammer(n: usize) {
     let s: Vec<Server> = (0..n)
         .map(|_| {
             Server::builder()
-                .durable()
+                .appendonly(true)
                 .config("lock.max-ttl", MAX_TTL_MS)
                 .start()
         })

@@ -3,102 +3,17 @@
 //! master, now a replica, answers `READONLY`, the client drops that
 //! connection and asks the Sentinel again.
 
-use std::fs;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use redislock_client::{blocking::Client, Error, LockOptions};
 
-use crate::harness::{wait_until, Server};
-
-/// A `redis-sentinel` on loopback, killed on drop.
-struct Sentinel {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Sentinel {
-    fn start(master: &Server) -> Sentinel {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let dir = std::env::temp_dir()
-            .join("redislock-client-tests")
-            .join(format!("sentinel-{}-{port}", std::process::id()));
-        fs::create_dir_all(&dir).expect("sentinel dir");
-        let conf = dir.join("sentinel.conf");
-        let master_port = port_of(master);
-        fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
-                 sentinel monitor m 127.0.0.1 {master_port} 1\n\
-                 sentinel down-after-milliseconds m 2000\n\
-                 sentinel failover-timeout m 10000\n",
-                dir.display()
-            ),
-        )
-        .expect("sentinel.conf");
-        let child = Command::new("redis-sentinel")
-            .arg(&conf)
-            .current_dir(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-sentinel (apt-get install redis-sentinel)");
-        Sentinel { child, port, dir }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> Option<T> {
-        let client = redis::Client::open(self.url()).ok()?;
-        let mut conn = client
-            .get_connection_with_timeout(Duration::from_secs(1))
-            .ok()?;
-        let mut cmd = redis::Cmd::new();
-        cmd.arg(args);
-        cmd.query(&mut conn).ok()
-    }
-
-    fn master_port(&self) -> Option<u16> {
-        let addr: Option<(String, u16)> =
-            self.query(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"])?;
-        addr.map(|(_, port)| port)
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default();
-            eprintln!("--- sentinel log ---\n{log}");
-        }
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn port_of(server: &Server) -> u16 {
-    server
-        .url()
-        .trim_end_matches('/')
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("a port in the url")
-}
+use redislock_testkit::{wait_until, Sentinel, Server};
 
 #[test]
 fn the_client_follows_the_master_sentinel_names_across_a_failover() {
     let master = Server::start();
     let replica = Server::builder()
-        .config("replicaof", format!("127.0.0.1 {}", port_of(&master)))
+        .config("replicaof", format!("127.0.0.1 {}", master.port()))
         .start();
     wait_until("the replica is in sync", Duration::from_secs(10), || {
         master.info_int("replication", "connected_slaves") == 1
@@ -132,7 +47,7 @@ fn the_client_follows_the_master_sentinel_names_across_a_failover() {
     wait_until(
         "Sentinel names the replica",
         Duration::from_secs(30),
-        || sentinel.master_port() == Some(port_of(&replica)),
+        || sentinel.master_port() == Some(replica.port()),
     );
     // While its role changes a server may close a new connection (Redis 8.2
     // did once): ask again rather than fail.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redislock_client::{blocking, Client, Error, LockOptions, LossReason};
 
-use crate::harness::{wait_until, Server};
+use redislock_testkit::{wait_until, Server};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -32,9 +32,9 @@ async fn guard_reports_fence_owner_and_counts_holds() {
     let client = Client::open(server.url()).unwrap();
     let opts = LockOptions::new(Duration::from_secs(30));
     let mut guard = client.try_lock("k", &opts).await.unwrap();
-    let (owner, fence, _) = server.lock_info("k").expect("held");
-    assert_eq!(owner, guard.owner());
-    assert_eq!(fence as u64, guard.fence());
+    let info = server.lock_info("k").expect("held");
+    assert_eq!(info.owner_text(), guard.owner());
+    assert_eq!(info.fence as u64, guard.fence());
     assert!(guard.deadline() > std::time::Instant::now() + Duration::from_secs(29));
 
     let other = client.try_lock("k", &opts).await;
@@ -72,7 +72,7 @@ async fn watchdog_renews_and_stops_before_the_release() {
     tokio::time::sleep(ms(1500)).await;
     assert!(!guard.is_lost());
     assert_eq!(
-        server.lock_info("k").map(|i| i.0),
+        server.lock_info("k").map(|i| i.owner_text()),
         Some(guard.owner().to_string())
     );
     let renews = server.calls("lock.renew");
@@ -108,7 +108,7 @@ async fn watchdog_survives_a_killed_connection() {
     assert!(!guard.is_lost(), "lost: {:?}", guard.loss().reason());
     assert!(server.calls("lock.renew") > renews);
     assert_eq!(
-        server.lock_info("k").map(|i| i.0),
+        server.lock_info("k").map(|i| i.owner_text()),
         Some(guard.owner().to_string())
     );
     drop(guard);
@@ -171,14 +171,14 @@ async fn lock_waits_first_come_first_served() {
         tokio::spawn(async move { client.lock("k", &opts).await })
     };
     wait_until("one waiter", SECOND * 5, || {
-        server.lock_info("k").map(|i| i.2) == Some(1)
+        server.lock_info("k").map(|i| i.waiters) == Some(1)
     });
     let fence = first.fence();
     drop(first);
     let second = waiter.await.unwrap().unwrap();
     assert!(second.fence() > fence);
     assert_eq!(
-        server.lock_info("k").map(|i| i.0),
+        server.lock_info("k").map(|i| i.owner_text()),
         Some(second.owner().to_string())
     );
 
@@ -186,7 +186,7 @@ async fn lock_waits_first_come_first_served() {
     let short = LockOptions::new(Duration::from_secs(10)).wait(ms(100));
     let err = client.lock("k", &short).await.err();
     assert!(matches!(err, Some(Error::TimedOut)), "{err:?}");
-    assert_eq!(server.lock_info("k").map(|i| i.2), Some(0));
+    assert_eq!(server.lock_info("k").map(|i| i.waiters), Some(0));
 }
 
 /// Another owner takes `key` for `lease` ms and lets its lease run out: a
@@ -227,7 +227,7 @@ async fn a_wait_longer_than_the_ttl_hands_over_a_live_guard() {
     });
     assert!(!guard.is_lost(), "lost: {:?}", guard.loss().reason());
     assert_eq!(
-        server.lock_info("wl").map(|i| i.0),
+        server.lock_info("wl").map(|i| i.owner_text()),
         Some(guard.owner().to_string())
     );
     drop(guard);
@@ -290,14 +290,14 @@ async fn a_cancelled_wait_leaves_no_waiter_and_no_grant() {
             tokio::spawn(async move { client.lock("k", &opts).await })
         };
         wait_until("the client waits", SECOND * 5, || {
-            server.lock_info("k").map(|i| i.2) == Some(1)
+            server.lock_info("k").map(|i| i.waiters) == Some(1)
         });
         if round % 2 == 0 {
             // Cancel while parked: the server drops the waiter.
             waiting.abort();
             let _ = waiting.await;
             wait_until("no waiter", SECOND * 5, || {
-                server.lock_info("k").map(|i| i.2) == Some(0)
+                server.lock_info("k").map(|i| i.waiters) == Some(0)
             });
             let _: i64 = server.q(&["LOCK.RELEASE", "k", "holder"]);
         } else {
@@ -395,7 +395,7 @@ fn blocking_api_has_the_same_shape() {
     let _: i64 = server.q(&["LOCK.ACQUIRE", "k", "holder", "60000"]);
     let short = LockOptions::new(SECOND).wait(ms(150));
     assert!(matches!(client.lock("k", &short), Err(Error::TimedOut)));
-    assert_eq!(server.lock_info("k").map(|i| i.2), Some(0));
+    assert_eq!(server.lock_info("k").map(|i| i.waiters), Some(0));
     let _: i64 = server.q(&["LOCK.RELEASE", "k", "holder"]);
 
     let out = client
@@ -413,7 +413,7 @@ fn blocking_api_has_the_same_shape() {
     );
     assert_eq!(guard.wait_lost(ms(700)), None);
     assert_eq!(
-        server.lock_info("k").map(|i| i.0),
+        server.lock_info("k").map(|i| i.owner_text()),
         Some(guard.owner().to_string())
     );
     drop(guard);
