@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{raw, Context, RedisString};
 
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::{config, datatype, upgrade};
+use crate::ffi::{datatype, quarantine, upgrade};
 use crate::ffi::{guard, now_ms, subscribe_to_server_event, waiting};
 use crate::queue::LockName;
 use crate::{fence, stats};
@@ -181,7 +181,7 @@ fn server_event(
                 // keeps exactly its master's counter.
                 fence::observe(fence::next(0, now_ms()));
             }
-            config::loading_ended();
+            quarantine::loading_ended();
             if datatype::V1_LOADED.swap(0, Relaxed) > 0 {
                 upgrade::schedule(ctx);
             }

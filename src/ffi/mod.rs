@@ -12,6 +12,7 @@ pub mod events;
 pub mod key;
 pub mod partition;
 pub mod propagation;
+pub mod quarantine;
 pub mod upgrade;
 pub mod waiting;
 
@@ -120,8 +121,7 @@ extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
     guard("info", (), || {
         // An empty section name makes Redis name the section after the module.
         raw::add_info_section(ctx, None);
-        for (name, value) in
-            stats::fields(fence::last(), config::quarantine_ms(), partition::safe())
+        for (name, value) in stats::fields(fence::last(), quarantine::ms_left(), partition::safe())
         {
             raw::add_info_field_long_long(ctx, name, value);
         }

@@ -29,10 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::{raw, Context};
 
 use crate::fence;
-use crate::ffi::{config, context_flags, create_timer, guard, now_ms, partition};
+use crate::ffi::{context_flags, create_timer, guard, now_ms, partition, quarantine};
 use crate::ffi::{subscribe_to_server_event, writes_paused};
 use crate::handoff::PAUSE_RETRY_MS;
-use crate::quarantine::Cause;
 
 /// Whether effects must be built and sent. Starts true: safe until known.
 static NEEDED: AtomicBool = AtomicBool::new(true);
@@ -82,7 +81,7 @@ extern "C" fn on_event(
         let promoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
             && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
         if promoted {
-            config::begin_quarantine(Cause::Promotion, partition::lag_ms());
+            quarantine::promoted(partition::lag_ms());
         }
         // Redis recounts its good replicas when one comes or goes.
         partition::refresh(ctx);

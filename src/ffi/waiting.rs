@@ -58,7 +58,7 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::error::LockError;
 use crate::ffi::key::LockKey;
-use crate::ffi::{self, config, partition};
+use crate::ffi::{self, config, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Engine, Gate, Timer};
 use crate::lock::{Hold, Lock};
@@ -291,11 +291,11 @@ impl<'c> Host for Server<'c> {
     }
 
     fn quarantine_gate(&self) -> Gate {
-        config::quarantine_gate()
+        quarantine::gate()
     }
 
     fn quarantined(&self) -> bool {
-        config::quarantine_ms() > 0
+        quarantine::ms_left() > 0
     }
 
     fn lease_cap(&self) -> Option<u64> {
