@@ -96,6 +96,16 @@ export class LockClient {
     if (opts.wait === 0) {
       return this.#tryOnce(name, opts);
     }
+    // A free lock nobody waits for is granted at once on the shared
+    // connection; a busy one answers nil (the server lets no one barge in
+    // ahead of its waiters), and the call joins the queue.
+    try {
+      return await this.#tryOnce(name, opts);
+    } catch (err) {
+      if (!(err instanceof WouldBlockError)) {
+        throw err;
+      }
+    }
     return this.#wait(name, opts);
   }
 
@@ -221,7 +231,14 @@ export class LockClient {
     } finally {
       signal?.removeEventListener("abort", abort as () => void);
       clearTimeout(timer);
-      (link as Link | null)?.close();
+    }
+    const used = link as Link | null;
+    if (outcome.kind === "reply") {
+      // Answered, nothing pending on it: it can serve the next wait.
+      used?.recycle();
+    } else {
+      // Closing it is what takes a parked waiter out of the server's queue.
+      used?.close();
     }
     switch (outcome.kind) {
       case "aborted":

@@ -10,8 +10,8 @@
  */
 
 import { type Cluster, Command, type Redis } from "ioredis";
-import type { Link, Reply, Transport } from "./transport.js";
-import { slotOf } from "./transport.js";
+import type { Link, RawLink, Reply, Transport } from "./transport.js";
+import { LinkPool, slotOf } from "./transport.js";
 
 /** What the adapter uses of an ioredis client. */
 interface IoredisLike {
@@ -20,7 +20,9 @@ interface IoredisLike {
   sendCommand(command: Command): unknown;
   duplicate(override?: object): IoredisLike;
   disconnect(): void;
-  on(event: "error", listener: (err: unknown) => void): unknown;
+  readonly status: string;
+  readonly stream?: { ref(): void; unref(): void } | undefined;
+  on(event: "error" | "connect", listener: (err: unknown) => void): unknown;
 }
 
 /** What the adapter uses of an ioredis cluster. */
@@ -70,18 +72,20 @@ function send(target: { sendCommand(command: Command): unknown }, args: readonly
 }
 
 class ClientTransport implements Transport {
+  readonly #pool = new LinkPool();
   constructor(private readonly client: IoredisLike) {}
 
   call(_key: string, args: readonly string[]): Promise<Reply> {
     return send(this.client, args);
   }
 
-  async open(): Promise<Link> {
-    return openLink(this.client);
+  open(): Promise<Link> {
+    return this.#pool.take("", async () => openLink(this.client));
   }
 }
 
 class ClusterTransport implements Transport {
+  readonly #pool = new LinkPool();
   constructor(private readonly cluster: IoredisClusterLike) {}
 
   call(key: string, args: readonly string[]): Promise<Reply> {
@@ -96,15 +100,15 @@ class ClusterTransport implements Transport {
     if (base === undefined) {
       throw new Error("ioredis cluster: no master known yet (is the cluster connected?)");
     }
-    if (serving === undefined) {
-      return openLink(base);
-    }
-    const colon = serving.lastIndexOf(":");
-    return openLink(base, { host: serving.slice(0, colon), port: Number(serving.slice(colon + 1)) });
+    const node = serving ?? `${base.options.host}:${base.options.port}`;
+    return this.#pool.take(node, async () => {
+      const colon = node.lastIndexOf(":");
+      return openLink(base, { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) });
+    });
   }
 }
 
-async function openLink(base: IoredisLike, where?: { host: string; port: number }): Promise<Link> {
+function openLink(base: IoredisLike, where?: { host: string; port: number }): RawLink {
   const own = base.duplicate({
     ...(where ?? {}),
     stringNumbers: true,
@@ -118,12 +122,24 @@ async function openLink(base: IoredisLike, where?: { host: string; port: number 
     enableOfflineQueue: true,
   });
   own.on("error", () => undefined);
+  let held = true;
+  // The socket exists once connecting starts; it follows the hold from then.
+  own.on("connect", () => (held ? own.stream?.ref() : own.stream?.unref()));
   return {
     call: (args) => send(own, args),
     callAfter: (first, args) => {
       send(own, first).catch(() => undefined);
       return send(own, args);
     },
-    close: () => own.disconnect(),
+    destroy: () => own.disconnect(),
+    alive: () => own.status === "ready" || own.status === "connect" || own.status === "connecting",
+    hold: (on) => {
+      held = on;
+      if (on) {
+        own.stream?.ref();
+      } else {
+        own.stream?.unref();
+      }
+    },
   };
 }

@@ -7,8 +7,8 @@
  */
 
 import type { RedisClientType } from "redis";
-import type { Link, Reply, Transport } from "./transport.js";
-import { slotOf } from "./transport.js";
+import type { Link, RawLink, Reply, Transport } from "./transport.js";
+import { LinkPool, slotOf } from "./transport.js";
 
 /** RESP type bytes (the protocol's): their replies as JavaScript strings. */
 const AS_STRINGS = {
@@ -26,8 +26,11 @@ interface NodeRedisClientLike {
   duplicate(overrides?: object): NodeRedisClientLike;
   connect(): Promise<unknown>;
   destroy(): void;
+  ref(): void;
+  unref(): void;
+  readonly isReady: boolean;
   on(event: "error", listener: (err: unknown) => void): unknown;
-  readonly options?: { socket?: object } | undefined;
+  readonly options?: { socket?: { host?: string; port?: number } } | undefined;
 }
 
 /** What the adapter uses of a node-redis cluster. */
@@ -62,6 +65,7 @@ export function nodeRedis(redis: NodeRedisClient): Transport {
 }
 
 class ClientTransport implements Transport {
+  readonly #pool = new LinkPool();
   constructor(private readonly client: NodeRedisClientLike) {}
 
   call(_key: string, args: readonly string[]): Promise<Reply> {
@@ -69,11 +73,12 @@ class ClientTransport implements Transport {
   }
 
   open(): Promise<Link> {
-    return openLink(this.client);
+    return this.#pool.take("", () => openLink(this.client));
   }
 }
 
 class ClusterTransport implements Transport {
+  readonly #pool = new LinkPool();
   constructor(private readonly cluster: NodeRedisClusterLike) {}
 
   call(key: string, args: readonly string[]): Promise<Reply> {
@@ -84,16 +89,16 @@ class ClusterTransport implements Transport {
     const master = this.cluster.getSlotMaster(slotOf(key));
     // A connection to the slot's master carries the cluster's connection
     // options (TLS, credentials); a redirection only changes where it goes.
-    const base = (await this.cluster.nodeClient(master as never)) as NodeRedisClientLike;
-    if (address === undefined) {
-      return openLink(base);
-    }
-    const colon = address.lastIndexOf(":");
-    return openLink(base, { host: address.slice(0, colon), port: Number(address.slice(colon + 1)) });
+    const node = address ?? `${master.host}:${master.port}`;
+    return this.#pool.take(node, async () => {
+      const base = (await this.cluster.nodeClient(master as never)) as NodeRedisClientLike;
+      const colon = node.lastIndexOf(":");
+      return openLink(base, { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) });
+    });
   }
 }
 
-async function openLink(base: NodeRedisClientLike, where?: { host: string; port: number }): Promise<Link> {
+async function openLink(base: NodeRedisClientLike, where?: { host: string; port: number }): Promise<RawLink> {
   const socket = { ...(base.options?.socket ?? {}), ...(where ?? {}), reconnectStrategy: false };
   const own = base.duplicate({ socket });
   // A dropped link fails its pending command; it must not crash the process.
@@ -106,6 +111,8 @@ async function openLink(base: NodeRedisClientLike, where?: { host: string; port:
       before.catch(() => undefined);
       return own.sendCommand(args, OPTIONS) as Promise<Reply>;
     },
-    close: () => own.destroy(),
+    destroy: () => own.destroy(),
+    alive: () => own.isReady,
+    hold: (on) => (on ? own.ref() : own.unref()),
   };
 }

@@ -22,6 +22,88 @@ export interface Link {
   callAfter(first: readonly string[], args: readonly string[]): Promise<Reply>;
   /** Closes the connection now, without waiting for pending replies. */
   close(): void;
+  /**
+   * The last command has its reply and nothing is pending: the link may
+   * serve another wait (kept idle, not keeping the process alive).
+   */
+  recycle(): void;
+}
+
+/** A connection as an adapter makes it, before pooling. */
+export interface RawLink {
+  call(args: readonly string[]): Promise<Reply>;
+  callAfter(first: readonly string[], args: readonly string[]): Promise<Reply>;
+  destroy(): void;
+  /** Still connected and usable. */
+  alive(): boolean;
+  /** Whether the connection keeps the process alive: while a wait runs, yes; idle, no. */
+  hold(on: boolean): void;
+}
+
+/** Idle links kept per node. */
+const IDLE_PER_NODE = 64;
+
+/**
+ * Connections for waits, kept per node for the next wait once their
+ * command has answered: opening one per wait costs more round trips (the
+ * connect, the handshake) than the wait itself when the lock is busy.
+ */
+export class LinkPool {
+  readonly #idle = new Map<string, RawLink[]>();
+
+  /** An idle link to `node` if one is still connected, else a new one from `open`. */
+  async take(node: string, open: () => Promise<RawLink>): Promise<Link> {
+    const idle = this.#idle.get(node);
+    let raw: RawLink | undefined;
+    while (idle !== undefined && (raw = idle.pop()) !== undefined) {
+      if (raw.alive()) {
+        break;
+      }
+      raw.destroy();
+      raw = undefined;
+    }
+    raw ??= await open();
+    raw.hold(true);
+    return this.#wrap(node, raw);
+  }
+
+  #wrap(node: string, raw: RawLink): Link {
+    let done = false;
+    return {
+      call: (args) => raw.call(args),
+      callAfter: (first, args) => raw.callAfter(first, args),
+      close: () => {
+        if (!done) {
+          done = true;
+          raw.destroy();
+        }
+      },
+      recycle: () => {
+        if (done) {
+          return;
+        }
+        done = true;
+        const idle = this.#idle.get(node) ?? [];
+        if (idle.length >= IDLE_PER_NODE || !raw.alive()) {
+          raw.destroy();
+          return;
+        }
+        raw.hold(false);
+        idle.push(raw);
+        this.#idle.set(node, idle);
+      },
+    };
+  }
+
+  /** Closes every idle link. */
+  clear(): void {
+    for (const idle of this.#idle.values()) {
+      for (const raw of idle) {
+        raw.destroy();
+      }
+    }
+    this.#idle.clear();
+  }
 }
 
 /** A server, or a cluster, as the lock code sees it. */

@@ -267,3 +267,49 @@ test("the ioredis adapter refuses a client that would round fences", async () =>
   const client = new Redis(server.port, "127.0.0.1", { lazyConnect: true });
   assert.throws(() => ioredis(client), /stringNumbers: true/);
 });
+
+/**
+ * A process that waited for a lock and then closed its client exits: the
+ * connection its wait used is kept for the next wait, but idle it does not
+ * keep the process alive.
+ */
+for (const lib of ["node-redis", "ioredis"]) {
+  test(`${lib}: a waited-on connection kept for reuse does not keep the process alive`, async () => {
+    const { execFile } = await import("node:child_process");
+    const script = `
+      import { LockClient } from "redislock-client";
+      const port = ${server.port};
+      let transport, close;
+      if ("${lib}" === "node-redis") {
+        const { createClient } = await import("redis");
+        const { nodeRedis } = await import("redislock-client/node-redis");
+        const c = createClient({ url: "redis://127.0.0.1:" + port });
+        await c.connect();
+        transport = nodeRedis(c); close = () => c.destroy();
+      } else {
+        const { Redis } = await import("ioredis");
+        const { ioredis } = await import("redislock-client/ioredis");
+        const c = new Redis(port, "127.0.0.1", { stringNumbers: true });
+        transport = ioredis(c); close = () => c.disconnect();
+      }
+      const locks = new LockClient(transport);
+      const first = await locks.lock("exit-${lib}", { ttl: 5000 });
+      const waiting = locks.lock("exit-${lib}", { ttl: 5000, wait: 5000 });
+      while ((await locks.info("exit-${lib}")).waiters !== 1) await new Promise((r) => setTimeout(r, 5));
+      await first.release();
+      const second = await waiting;
+      await second.release();
+      close();
+      console.log("done");
+    `;
+    const started = performance.now();
+    const output = await new Promise<string>((resolve, reject) => {
+      const child = execFile(process.execPath, ["--input-type=module", "-e", script], { timeout: 5_000 }, (err, stdout) =>
+        err ? reject(err) : resolve(stdout),
+      );
+      void child;
+    });
+    assert.equal(output.trim(), "done");
+    assert.ok(performance.now() - started < 4_000);
+  });
+}
