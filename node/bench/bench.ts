@@ -10,7 +10,9 @@
  *   Jain's index, 1 = perfectly even);
  * - Redlock over 3 servers, uncontended.
  *
- * `BENCH_SECONDS` sets each run's length (default 2).
+ * Each figure is the median of `BENCH_REPEAT` runs (default 3) of
+ * `BENCH_SECONDS` each (default 2), the libraries taking turns in a rotating
+ * order within each repetition.
  */
 
 import { Redis } from "ioredis";
@@ -23,6 +25,30 @@ import { nodeRedis } from "../src/node-redis.js";
 import { Server } from "../test/servers.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
+const REPEAT = Number(process.env.BENCH_REPEAT ?? 3);
+
+/** Runs each subject REPEAT times, rotating the order; the median of each field. */
+async function rounds<S, R extends Record<string, number>>(
+  subjects: Array<[string, S]>,
+  measure: (subject: S) => Promise<R>,
+): Promise<Array<[string, R]>> {
+  const results = subjects.map(() => [] as R[]);
+  for (let rep = 0; rep < REPEAT; rep++) {
+    for (let k = 0; k < subjects.length; k++) {
+      const i = (k + rep) % subjects.length;
+      results[i]!.push(await measure(subjects[i]![1]));
+    }
+  }
+  return subjects.map(([name], i) => {
+    const runs = results[i]!;
+    const median = {} as Record<string, number>;
+    for (const field of Object.keys(runs[0]!)) {
+      const values = runs.map((r) => r[field]!).sort((a, b) => a - b);
+      median[field] = values[Math.floor(values.length / 2)]!;
+    }
+    return [name, median as R];
+  });
+}
 const WORKERS = 32;
 
 /** Lock then unlock once; resolves when both are done. */
@@ -112,7 +138,9 @@ async function main(): Promise<void> {
   let n = 0;
   const fresh = (what: string) => `bench:${what}:${n++}`;
 
-  console.log(`# Node locks, ${SECONDS} s per run, ${process.env.LOCK_SERVER || "redis-server"}\n`);
+  console.log(
+    `# Node locks: median of ${REPEAT} runs of ${SECONDS} s, ${process.env.LOCK_SERVER || "redis-server"}, Node ${process.version}\n`,
+  );
   console.log("## Uncontended lock + unlock, one caller, one server\n");
   console.log("| library | cycles/s | p50 ms | p99 ms |\n|---|---|---|---|");
   const ours = [
@@ -149,8 +177,7 @@ async function main(): Promise<void> {
       await mutex.release();
     },
   ]);
-  for (const [name, cycle] of single) {
-    const r = await uncontended(cycle);
+  for (const [name, r] of await rounds(single, uncontended)) {
     console.log(`| ${name} | ${r.rate.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} |`);
   }
 
@@ -186,8 +213,7 @@ async function main(): Promise<void> {
       return async () => void (await mutex.release());
     },
   ]);
-  for (const [name, take] of takers) {
-    const r = await contended(take);
+  for (const [name, r] of await rounds(takers, contended)) {
     console.log(
       `| ${name} | ${r.rate.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.min} / ${r.max} | ${r.jain.toFixed(3)} | ${r.errors} |`,
     );
@@ -229,8 +255,7 @@ async function main(): Promise<void> {
       await mutex.release();
     },
   ]);
-  for (const [name, cycle] of redlocks) {
-    const r = await uncontended(cycle);
+  for (const [name, r] of await rounds(redlocks, uncontended)) {
     console.log(`| ${name} | ${r.rate.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} |`);
   }
 
