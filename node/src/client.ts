@@ -163,7 +163,15 @@ export class LockClient {
     }
     const owner = this.#owners.next();
     const sent = performance.now();
-    const reply = await this.#call(name, cmd.acquire(name, owner, opts.ttl, opts.hold));
+    const attempt = this.#call(name, cmd.acquire(name, owner, opts.ttl, opts.hold));
+    const reply = opts.signal === undefined ? await attempt : await abortable(attempt, opts.signal);
+    if (reply === ABORTED) {
+      // The release follows the acquire on the same connection: it undoes
+      // a grant whose reply had not come back yet.
+      attempt.catch(() => undefined);
+      this.#releaseLater(name, owner);
+      throw new LockAbortedError({ cause: opts.signal?.reason });
+    }
     if (reply === null) {
       throw new WouldBlockError();
     }
@@ -193,13 +201,16 @@ export class LockClient {
       }
     });
     const sent = performance.now();
+    let gaveUp = false;
     try {
       const attempt = (async (): Promise<Reply> => {
         let address: string | undefined;
         let ask = false;
         for (let hop = 0; ; hop++) {
           link = await this.#transport.open(name, address);
-          if (signal?.aborted) {
+          if (gaveUp) {
+            // Interrupted while connecting: nobody will close it otherwise.
+            link.close();
             throw new LockAbortedError();
           }
           // A redirected wait asks the new node for what is left of the wait.
@@ -224,7 +235,10 @@ export class LockClient {
           (reply) => ({ kind: "reply" as const, reply }),
           (error: unknown) => ({ kind: "error" as const, error }),
         ),
-        interrupted.then((why) => ({ kind: why })),
+        interrupted.then((why) => {
+          gaveUp = true;
+          return { kind: why };
+        }),
       ]);
       // The attempt may still settle after an interruption: nothing to do then.
       attempt.catch(() => undefined);
@@ -298,6 +312,22 @@ export class LockClient {
   /** Best effort: if it fails, the lease ends by itself. */
   #releaseLater(name: string, owner: string): void {
     this.#backend.release(name, owner, true).catch(() => undefined);
+  }
+}
+
+const ABORTED = Symbol("aborted");
+
+/** `work`'s result, or `ABORTED` as soon as `signal` aborts. */
+async function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+  let stop: (() => void) | undefined;
+  const aborted = new Promise<typeof ABORTED>((resolve) => {
+    stop = () => resolve(ABORTED);
+    signal.addEventListener("abort", stop, { once: true });
+  });
+  try {
+    return await Promise.race([work, aborted]);
+  } finally {
+    signal.removeEventListener("abort", stop as () => void);
   }
 }
 

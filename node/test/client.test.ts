@@ -313,3 +313,47 @@ for (const lib of ["node-redis", "ioredis"]) {
     assert.ok(performance.now() - started < 4_000);
   });
 }
+
+for (const lib of LIBS) {
+  test(`${lib.name}: an abort while the server does not answer rejects at once and leaves nothing behind`, { timeout: 10_000 }, async () => {
+    const conn = await lib.single(server);
+    const locks = new LockClient(conn.transport);
+    const name = `${lib.name}:stalled`;
+    try {
+      const holder = await locks.lock(name, { ttl: 10_000 });
+      const clients = async () => (await server.cmd("INFO", "clients")).match(/connected_clients:(\d+)/)?.[1];
+      const before = await clients();
+      for (const stage of ["the first attempt", "the wait"]) {
+        const controller = new AbortController();
+        // Resumed in any case, so that a client that does not give up
+        // cannot hang the suite.
+        const resume = setTimeout(() => server.resume(), 1_000);
+        if (stage === "the first attempt") {
+          server.suspend();
+        }
+        const pending = locks.lock(name, { ttl: 60_000, wait: 10_000, signal: controller.signal });
+        if (stage === "the wait") {
+          await waitUntil("the waiter is queued", 2_000, async () => (await locks.info(name))?.waiters === 1);
+          server.suspend();
+        }
+        await new Promise((r) => setTimeout(r, 50));
+        const t = performance.now();
+        controller.abort();
+        try {
+          await assert.rejects(pending, LockAbortedError, stage);
+          assert.ok(performance.now() - t < 200, `${stage}: rejected ${performance.now() - t} ms after the abort`);
+        } finally {
+          clearTimeout(resume);
+          server.resume();
+        }
+        await waitUntil(`${stage}: no waiter and no extra connection left`, 2_000, async () =>
+          (await locks.info(name))?.waiters === 0 && (await clients()) === before,
+        );
+        assert.equal((await locks.info(name))?.owner, holder.owner);
+      }
+      await holder.release();
+    } finally {
+      await conn.close();
+    }
+  });
+}
