@@ -11,7 +11,7 @@ import {
   WouldBlockError,
   classify,
 } from "./errors.js";
-import { type Backend, Lock, runHeld } from "./lock.js";
+import { type Backend, Lock, usingLock } from "./lock.js";
 import { type Checked, type LockOptions, check, deadline } from "./options.js";
 import {
   type Link,
@@ -125,11 +125,7 @@ export class LockClient {
     options: LockOptions | undefined,
     fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
   ): Promise<T> {
-    if (typeof fn !== "function") {
-      throw new TypeError("using(name, options, fn): fn must be a function");
-    }
-    const lock = await this.lock(name, options);
-    return runHeld(lock, (signal) => fn(signal, lock));
+    return usingLock(() => this.lock(name, options), fn);
   }
 
   /** `LOCK.INFO`: who holds the lock now, or null if it is free. */

@@ -298,6 +298,18 @@ class Watchdog {
   }
 }
 
+/** `using()` of `LockClient` and `Redlock`: takes the lock with `take`, then `runHeld`. */
+export async function usingLock<T>(
+  take: () => Promise<Lock>,
+  fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
+): Promise<T> {
+  if (typeof fn !== "function") {
+    throw new TypeError("using(name, options, fn): fn must be a function");
+  }
+  const lock = await take();
+  return runHeld(lock, (signal) => fn(signal, lock));
+}
+
 /**
  * Runs `fn` under `lock` and releases it after. `fn` gets the loss signal;
  * if the lock was lost meanwhile, rejects with the `LockLostError` whatever

@@ -33,7 +33,7 @@ import {
   classify,
 } from "./errors.js";
 import { checkName } from "./client.js";
-import { type Backend, Lock, runHeld } from "./lock.js";
+import { type Backend, Lock, usingLock } from "./lock.js";
 import { type Checked, type LockOptions, check, deadline } from "./options.js";
 import { type Reply, type Transport, toBigInt, toCount } from "./transport.js";
 
@@ -150,11 +150,7 @@ export class Redlock {
     options: LockOptions | undefined,
     fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
   ): Promise<T> {
-    if (typeof fn !== "function") {
-      throw new TypeError("using(name, options, fn): fn must be a function");
-    }
-    const lock = await this.lock(name, options);
-    return runHeld(lock, (signal) => fn(signal, lock));
+    return usingLock(() => this.lock(name, options), fn);
   }
 
   /** @internal Tests only. */

@@ -12,7 +12,7 @@ import {
   ModuleNotLoadedError,
   WouldBlockError,
 } from "../src/index.js";
-import { LIBS, type Connected } from "./libs.js";
+import { LIBS, connectedClient } from "./libs.js";
 import { Server, waitUntil } from "./servers.js";
 
 let server: Server;
@@ -29,15 +29,7 @@ const held = async (key: string): Promise<boolean> => (await server.cmd("EXISTS"
 
 for (const lib of LIBS) {
   describe(lib.name, () => {
-    let conn: Connected;
-    let locks: LockClient;
-    before(async () => {
-      conn = await lib.single(server);
-      locks = new LockClient(conn.transport);
-    });
-    after(async () => {
-      await conn.close();
-    });
+    const locks = connectedClient(() => lib.single(server));
     const key = (name: string) => `${lib.name}:${name}`;
 
     test("lock, info, reenter, renew, release: the fence is exact and the counts follow", async () => {

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { LockClient, LockNotHeldError, WouldBlockError } from "../src/index.js";
 import { slotOf } from "../src/transport.js";
-import { LIBS, type Connected } from "./libs.js";
+import { LIBS, connectedClient } from "./libs.js";
 import { type Server, startCluster, waitUntil } from "./servers.js";
 
 let nodes: Server[];
@@ -53,15 +53,7 @@ test("the client's slot of a key is the server's CLUSTER KEYSLOT", async () => {
 
 for (const lib of LIBS) {
   describe(lib.name, () => {
-    let conn: Connected;
-    let locks: LockClient;
-    before(async () => {
-      conn = await lib.cluster(nodes);
-      locks = new LockClient(conn.transport);
-    });
-    after(async () => {
-      await conn.close();
-    });
+    const locks = connectedClient(() => lib.cluster(nodes));
 
     test("every method, on keys served by every master", async () => {
       const keys = Array.from({ length: 12 }, (_, i) => `${lib.name}:k${i}`);

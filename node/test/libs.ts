@@ -2,7 +2,8 @@
 
 import { Cluster, Redis } from "ioredis";
 import { createClient, createCluster } from "redis";
-import type { Transport } from "../src/index.js";
+import { after, before } from "node:test";
+import { LockClient, type Transport } from "../src/index.js";
 import { ioredis } from "../src/ioredis.js";
 import { nodeRedis } from "../src/node-redis.js";
 import type { Server } from "./servers.js";
@@ -53,3 +54,28 @@ export const LIBS: Lib[] = [
     },
   },
 ];
+
+/**
+ * Inside a `describe`: a `LockClient` connected by `connect` before the
+ * suite's tests and closed after them. The value returned stands for it.
+ */
+export function connectedClient(connect: () => Promise<Connected>): LockClient {
+  let real: LockClient | undefined;
+  let conn: Connected | undefined;
+  before(async () => {
+    conn = await connect();
+    real = new LockClient(conn.transport);
+  });
+  after(async () => {
+    await conn?.close();
+  });
+  return new Proxy({} as LockClient, {
+    get(_target, prop) {
+      if (real === undefined) {
+        throw new Error("the client is connected in the suite's before hook");
+      }
+      const value: unknown = Reflect.get(real, prop, real);
+      return typeof value === "function" ? value.bind(real) : value;
+    },
+  });
+}

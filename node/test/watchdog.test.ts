@@ -3,8 +3,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { createClient } from "redis";
-import { LockClient, LockLostError } from "../src/index.js";
-import { LIBS, type Connected } from "./libs.js";
+import { LockLostError } from "../src/index.js";
+import { LIBS, connectedClient } from "./libs.js";
 import { Server, waitUntil } from "./servers.js";
 
 let server: Server;
@@ -21,15 +21,7 @@ const firing = (signal: AbortSignal): Promise<number> =>
 
 for (const lib of LIBS) {
   describe(lib.name, () => {
-    let conn: Connected;
-    let locks: LockClient;
-    before(async () => {
-      conn = await lib.single(server);
-      locks = new LockClient(conn.transport);
-    });
-    after(async () => {
-      await conn.close();
-    });
+    const locks = connectedClient(() => lib.single(server));
     const key = (name: string) => `${lib.name}:${name}`;
 
     test("CLIENT PAUSE longer than the lease: lost fires by the local deadline", async () => {
