@@ -11,7 +11,7 @@
 
 import { type Cluster, Command, type Redis } from "ioredis";
 import type { Link, RawLink, Reply, Transport } from "./transport.js";
-import { LinkPool, slotOf } from "./transport.js";
+import { LinkPool, redirection, slotOf } from "./transport.js";
 
 /** What the adapter uses of an ioredis client. */
 interface IoredisLike {
@@ -29,7 +29,6 @@ interface IoredisLike {
 interface IoredisClusterLike {
   readonly isCluster: true;
   readonly options: { redisOptions?: { stringNumbers?: boolean } };
-  readonly slots: string[][];
   nodes(role?: "master" | "slave" | "all"): IoredisLike[];
   sendCommand(command: Command): unknown;
 }
@@ -84,19 +83,60 @@ class ClientTransport implements Transport {
   }
 }
 
+/** How many `MOVED`/`ASK` one command follows before it gives up. */
+const MAX_REDIRECTS = 5;
+
+/**
+ * Routes each command to the master serving its key, by a slot map of its
+ * own. ioredis's map cannot serve here: a cluster whose connections hand
+ * integers back as strings reads the slot ranges of `CLUSTER SLOTS` as
+ * strings too, and compares them as strings (6.0.0: "5461" <= "10922" is
+ * false), so whole ranges are missing from it and their commands go to a
+ * random node and bounce with `MOVED`, each bounce refreshing the map over a
+ * new connection. The commands still go through the cluster's own node
+ * connections.
+ */
 class ClusterTransport implements Transport {
   readonly #pool = new LinkPool();
+  /** `host:port` of each slot's master; filled from `CLUSTER SLOTS`. */
+  #slots: Array<string | undefined> = new Array<string | undefined>(16384);
+  #loading: Promise<void> | null = null;
   constructor(private readonly cluster: IoredisClusterLike) {}
 
-  call(key: string, args: readonly string[]): Promise<Reply> {
-    return send(this.cluster, args, slotOf(key));
+  async call(key: string, args: readonly string[]): Promise<Reply> {
+    const slot = slotOf(key);
+    let address = await this.#serving(slot);
+    let ask = false;
+    for (let hop = 0; ; hop++) {
+      const node = address === undefined ? undefined : this.#node(address);
+      if (node === undefined) {
+        // A node the cluster client has no connection to: let it route.
+        return send(this.cluster, args, slot);
+      }
+      try {
+        if (ask) {
+          // Sent together, on the same connection, nothing between them.
+          send(node, ["ASKING"]).catch(() => undefined);
+        }
+        return await send(node, args);
+      } catch (err) {
+        const moved = redirection(err);
+        if (moved === null || hop >= MAX_REDIRECTS) {
+          throw err;
+        }
+        if (!moved.ask) {
+          this.#slots[slot] = moved.address;
+          this.#refresh().catch(() => undefined);
+        }
+        address = moved.address;
+        ask = moved.ask;
+      }
+    }
   }
 
   async open(key: string, address?: string): Promise<Link> {
-    const masters = this.cluster.nodes("master");
-    const serving = address ?? this.cluster.slots[slotOf(key)]?.[0];
-    const base =
-      masters.find((node) => `${node.options.host}:${node.options.port}` === serving) ?? masters[0];
+    const serving = address ?? (await this.#serving(slotOf(key)));
+    const base = (serving === undefined ? undefined : this.#node(serving)) ?? this.cluster.nodes("master")[0];
     if (base === undefined) {
       throw new Error("ioredis cluster: no master known yet (is the cluster connected?)");
     }
@@ -105,6 +145,51 @@ class ClusterTransport implements Transport {
       const colon = node.lastIndexOf(":");
       return openLink(base, { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) });
     });
+  }
+
+  async #serving(slot: number): Promise<string | undefined> {
+    if (this.#slots[slot] === undefined) {
+      await this.#refresh();
+    }
+    return this.#slots[slot];
+  }
+
+  #node(address: string): IoredisLike | undefined {
+    return this.cluster
+      .nodes("all")
+      .find((node) => `${node.options.host}:${node.options.port}` === address);
+  }
+
+  /** Reads `CLUSTER SLOTS` from a master; one read at a time. */
+  #refresh(): Promise<void> {
+    this.#loading ??= (async () => {
+      try {
+        for (const node of this.cluster.nodes("master")) {
+          let reply: Reply;
+          try {
+            reply = await send(node, ["CLUSTER", "SLOTS"]);
+          } catch {
+            continue;
+          }
+          const slots = new Array<string | undefined>(16384);
+          for (const range of Array.isArray(reply) ? reply : []) {
+            if (!Array.isArray(range) || !Array.isArray(range[2])) {
+              continue;
+            }
+            const [first, last, master] = [Number(range[0]), Number(range[1]), range[2]];
+            const address = `${String(master[0])}:${String(master[1])}`;
+            for (let slot = first; slot <= last; slot++) {
+              slots[slot] = address;
+            }
+          }
+          this.#slots = slots;
+          return;
+        }
+      } finally {
+        this.#loading = null;
+      }
+    })();
+    return this.#loading;
   }
 }
 

@@ -59,6 +59,8 @@ for (const lib of LIBS) {
       const keys = Array.from({ length: 12 }, (_, i) => `${lib.name}:k${i}`);
       const served = new Set(await Promise.all(keys.map(async (k) => (await owner(k)).port)));
       assert.equal(served.size, 3, "the keys spread over the three masters");
+      const moved = async () => (await Promise.all(nodes.map((n) => errorstat(n, "MOVED")))).reduce((a, b) => a + b, 0);
+      const movedBefore = await moved();
       for (const key of keys) {
         const lock = await locks.lock(key, { ttl: 10_000 });
         assert.equal((await locks.info(key))?.fence, lock.fence);
@@ -76,6 +78,7 @@ for (const lib of LIBS) {
         assert.equal(await locks.using(key, { ttl: 1_000 }, () => "ok"), "ok");
         assert.equal(await locks.info(key), null);
       }
+      assert.equal(await moved(), movedBefore, "every command went straight to the node serving its key");
     });
 
     test("a wait follows ASK when its lock migrates, and MOVED from a stale slot map", async () => {
