@@ -260,8 +260,10 @@ export class LockClient {
         this.#releaseLater(name, owner);
         throw new LockTimeoutError("the server did not answer the wait in time");
       case "error":
+        // A connection that failed mid-wait may have been granted the lock
+        // just before: release what this owner may hold.
+        this.#releaseLater(name, owner);
         if (outcome.error instanceof LockAbortedError) {
-          this.#releaseLater(name, owner);
           throw new LockAbortedError({ cause: signal?.reason });
         }
         throw classify(outcome.error);

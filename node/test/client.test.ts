@@ -155,6 +155,20 @@ for (const lib of LIBS) {
       }
     });
 
+    test("a wait whose connection is killed rejects and leaves nothing queued or held", async () => {
+      const holder = await locks.lock(key("killed-wait"), { ttl: 10_000 });
+      const waiting = locks.lock(key("killed-wait"), { ttl: 60_000, wait: 10_000 });
+      await waitUntil("the waiter is queued", 2_000, async () => (await locks.info(key("killed-wait")))?.waiters === 1);
+      const list = await server.cmd("CLIENT", "LIST");
+      const id = /^id=(\d+) .*cmd=lock\.acquire/m.exec(list)?.[1];
+      assert.ok(id, list);
+      assert.equal(await server.cmd("CLIENT", "KILL", "ID", id), ":1");
+      await assert.rejects(waiting, (err: unknown) => !(err instanceof LockTimeoutError));
+      assert.equal((await locks.info(key("killed-wait")))?.waiters, 0);
+      await holder.release();
+      assert.equal(await locks.info(key("killed-wait")), null);
+    });
+
     test("NOTOWNER: renew rejects with LockNotHeldError and lost fires", async () => {
       const lock = await locks.lock(key("stolen"), { ttl: 10_000 });
       await server.cmd("DEL", key("stolen"));
