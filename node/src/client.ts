@@ -128,6 +128,15 @@ export class LockClient {
     return usingLock(() => this.lock(name, options), fn);
   }
 
+  /**
+   * Closes the connections kept for the next waits. The client library's
+   * own connection stays open (close it yourself); held locks are not
+   * released. Idle, those connections do not keep the process alive anyway.
+   */
+  close(): void {
+    this.#transport.close?.();
+  }
+
   /** `LOCK.INFO`: who holds the lock now, or null if it is free. */
   async info(name: string): Promise<LockInfo | null> {
     checkName(name);

@@ -72,6 +72,10 @@ function send(target: { sendCommand(command: Command): unknown }, args: readonly
 
 class ClientTransport implements Transport {
   readonly #pool = new LinkPool();
+
+  close(): void {
+    this.#pool.clear();
+  }
   constructor(private readonly client: IoredisLike) {}
 
   call(_key: string, args: readonly string[]): Promise<Reply> {
@@ -98,6 +102,10 @@ const MAX_REDIRECTS = 5;
  */
 class ClusterTransport implements Transport {
   readonly #pool = new LinkPool();
+
+  close(): void {
+    this.#pool.clear();
+  }
   /** `host:port` of each slot's master; filled from `CLUSTER SLOTS`. */
   #slots: Array<string | undefined> = new Array<string | undefined>(16384);
   #loading: Promise<void> | null = null;

@@ -66,6 +66,10 @@ export function nodeRedis(redis: NodeRedisClient): Transport {
 
 class ClientTransport implements Transport {
   readonly #pool = new LinkPool();
+
+  close(): void {
+    this.#pool.clear();
+  }
   constructor(private readonly client: NodeRedisClientLike) {}
 
   call(_key: string, args: readonly string[]): Promise<Reply> {
@@ -79,6 +83,10 @@ class ClientTransport implements Transport {
 
 class ClusterTransport implements Transport {
   readonly #pool = new LinkPool();
+
+  close(): void {
+    this.#pool.clear();
+  }
   constructor(private readonly cluster: NodeRedisClusterLike) {}
 
   call(key: string, args: readonly string[]): Promise<Reply> {

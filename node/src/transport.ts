@@ -118,6 +118,8 @@ export interface Transport {
    * it), or to `address` (`host:port`) when a redirection named one.
    */
   open(key: string, address?: string): Promise<Link>;
+  /** Closes the idle connections kept for waits (not the client library's own). */
+  close?(): void;
 }
 
 /** A fence (or any integer reply) as a bigint, never through `Number`. */

@@ -99,6 +99,11 @@ for (const lib of LIBS) {
       assert.ok(next.fence > holder.fence);
       assert.equal((await locks.info(key("queue")))?.owner, next.owner);
       await next.release();
+      // The wait's connection was kept for the next wait; close() closes it.
+      const clients = async () => Number(/connected_clients:(\d+)/.exec(await server.cmd("INFO", "clients"))?.[1]);
+      const before = await clients();
+      locks.close();
+      await waitUntil("the kept connection is closed", 2_000, async () => (await clients()) === before - 1);
     });
 
     test("a wait that ends first: LockTimeoutError, and nothing stays queued", async () => {

@@ -67,6 +67,7 @@ export function connectedClient(connect: () => Promise<Connected>): LockClient {
     real = new LockClient(conn.transport);
   });
   after(async () => {
+    real?.close();
     await conn?.close();
   });
   return new Proxy({} as LockClient, {
