@@ -208,8 +208,7 @@ test("Redlock under kills and pauses: fences rise and no stale write is accepted
     );
   }
   let events = 0;
-  const started = performance.now();
-  while (performance.now() - started < 4_000) {
+  while (events < 9) {
     await new Promise((r) => setTimeout(r, 400));
     const victim = servers[events % servers.length]!;
     if (events % 2 === 0) {
@@ -249,5 +248,4 @@ test("Redlock under kills and pauses: fences rise and no stale write is accepted
       `${store.refused} stale writes refused, ${events} kills/pauses`,
   );
   assert.ok(holdings >= 20, `only ${holdings} holdings`);
-  assert.ok(events >= 8);
 });
