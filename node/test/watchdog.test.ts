@@ -33,7 +33,7 @@ for (const lib of LIBS) {
       const at = await lost;
       assert.equal((lock.lost.reason as LockLostError).reason, "expired");
       // The last renew was sent at most a third of the lease before the pause.
-      assert.ok(at - paused <= ttl + 30, `lost ${at - paused} ms into the pause`);
+      assert.ok(at - paused <= ttl + 100 && at - lock.deadline < 100, `lost ${at - paused} ms into the pause`);
       await waitUntil("the pause is over", 2_000, async () => (await server.cmd("PING")) === "+PONG");
       await lock.releaseAll().catch(() => undefined);
     });
@@ -74,7 +74,7 @@ for (const lib of LIBS) {
       // A renew may slip through between two kills; the loss comes at the
       // deadline of the last one that did (timers may fire a fraction of a
       // millisecond early, which only makes the loss more cautious).
-      assert.ok(at - lock.deadline > -2 && at - lock.deadline < 60, `lost ${at - lock.deadline} ms past the deadline`);
+      assert.ok(at - lock.deadline > -2 && at - lock.deadline < 100, `lost ${at - lock.deadline} ms past the deadline`);
       await lock.releaseAll().catch(() => undefined);
     });
   });
