@@ -73,6 +73,10 @@ mod registration {
                     argc: c_int,
                 ) -> c_int {
                     let context = Context::new(ctx);
+                    // A client may wait on a lock that does not exist yet
+                    // (a quarantine): from the first command on, the
+                    // module hears about keys.
+                    ffi::lock_may_exist();
                     let replied = ffi::guard(stringify!($handler), None, || {
                         // SAFETY: Redis passes `argc` live arguments for the call.
                         let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };

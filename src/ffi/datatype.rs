@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
-use crate::ffi::{guard, now_ms};
+use crate::ffi::{guard, lock_may_exist, now_ms};
 use crate::lock::Hold;
 use crate::{fence, stats};
 
@@ -86,6 +86,9 @@ impl StoredLock {
             let start = ptr::addr_of_mut!((*value).owner).cast::<u8>();
             ptr::copy_nonoverlapping(owner.as_ptr(), start, owner.len());
             stats::HELD.add(1);
+            // Before the notifications about this value's key (`RESTORE`
+            // sends `restore` right after loading it).
+            lock_may_exist();
             value.cast()
         }
     }
@@ -382,6 +385,12 @@ fn lock_unlinked(db: c_int, name: &[u8]) {
         last_name.extend_from_slice(name);
         *at = now_ms();
     });
+}
+
+/// Whether a lock key's unlink waits to be paired with a notification (a
+/// check that costs no key name).
+pub fn unlinked_pending() -> bool {
+    LAST_UNLINKED.with_borrow(|(last_db, _, _)| *last_db != -1)
 }
 
 /// Whether the key just unlinked was `name` in `db` (and forgets it then).

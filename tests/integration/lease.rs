@@ -427,3 +427,43 @@ fn many_ttl_changes_at_once_cost_time_linear_in_their_number() {
         );
     }
 }
+
+/// The module hears about keys only from its first lock on (a server where
+/// nobody locks pays nothing for it): a lock restored onto a server that
+/// has run no lock command yet still gets its lease back at once.
+#[test]
+fn a_lock_restored_onto_a_server_that_never_saw_one_gets_its_lease_back() {
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", LEASE_MS).expect("free");
+    let end = lease_end(&mut c, "k");
+    let payload: Vec<u8> = c.value(&["DUMP", "k"]);
+
+    let fresh = Server::builder().label("fresh").start();
+    let mut f = fresh.conn();
+    assert_eq!(restore(&mut f, "k", 0, &payload, false), Ok(Value::Okay));
+    assert_ttl_is_the_lease(&mut f, "k", end, "RESTORE k 0 on a fresh server");
+    assert_freed_at_lease_end(&mut f, "k", end);
+}
+
+/// The same for locks loaded from an RDB at start: an operator's `PERSIST`
+/// before any lock command is undone.
+#[test]
+fn a_lock_loaded_at_start_gets_its_lease_back_before_any_lock_command() {
+    let mut server = Server::start();
+    let mut c = server.conn();
+    c.acquire("k", "alice", LONG).expect("free");
+    let end = lease_end(&mut c, "k");
+    server.restart_saving();
+    let mut c = server.conn();
+    assert_eq!(c.int(&["PERSIST", "k"]), 1);
+    let pttl = c.pttl("k");
+    assert!(
+        pttl > 0 && pttl <= LONG,
+        "after PERSIST k on a restarted server, PTTL k is {pttl}: the lease must be back"
+    );
+    assert!(
+        (lease_end(&mut c, "k") - end).abs() <= 5,
+        "the TTL is the stored lease"
+    );
+}
