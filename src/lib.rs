@@ -74,13 +74,22 @@ mod registration {
                 ) -> c_int {
                     let context = Context::new(ctx);
                     // A client may wait on a lock that does not exist yet
-                    // (a quarantine): from the first command on, the
+                    // (a quarantine): from the first lock command on, the
                     // module hears about keys.
                     ffi::lock_may_exist();
                     let replied = ffi::guard(stringify!($handler), None, || {
                         // SAFETY: Redis passes `argc` live arguments for the call.
                         let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
-                        Some(context.reply($handler(&context, &args)) as c_int)
+                        // The key a lock command names may hold a lock or
+                        // get waiters: its notifications count from now on.
+                        // After the handler too: opening the key may have
+                        // expired the last lock, and a notification then
+                        // emptied the filter, before the handler made one.
+                        let key = args.bytes().get(1).copied().unwrap_or_default();
+                        ffi::datatype::note_lock_name(key);
+                        let reply = $handler(&context, &args);
+                        ffi::datatype::note_lock_name(key);
+                        Some(context.reply(reply) as c_int)
                     });
                     // A panic outside the handler's own guard: still one reply.
                     replied.unwrap_or_else(|| {

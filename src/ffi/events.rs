@@ -15,9 +15,9 @@
 //! Every notification heard costs the command that caused it, module data
 //! or not: Redis builds a module context per delivery (~700 instructions).
 //! So the module hears keys only once a lock may exist (see
-//! `ffi::at_first_lock`), and a notification about any other key returns
-//! after a few comparisons, with one key lookup for a TTL change while
-//! locks exist.
+//! `ffi::at_first_lock`), and a notification about a key that never held a
+//! lock nor had waiters returns after a hash of its name (see
+//! `datatype::may_hold_lock`), without a key lookup.
 
 use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
@@ -109,54 +109,59 @@ fn keyspace_event(
 ) {
     // Most notifications are about keys that are not locks, on a server
     // where nobody waits: they must cost next to nothing (no allocation,
-    // no string object, no key lookup unless the key may be a lock). The
-    // key's name and database are read only when needed.
+    // no string object, no key lookup unless the key may be a lock).
     // SAFETY: Redis passes a NUL-terminated event name, a live key name and
-    // a context whose selected database is the key's.
-    let event = unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes();
-    // SAFETY: as above; the name's bytes live as long as `key`.
-    let db_and_name = || unsafe {
+    // a context whose selected database is the key's; the name's bytes
+    // live as long as `key`.
+    let (event, name) = unsafe {
         (
-            raw::RedisModule_GetSelectedDb.map_or(-1, |f| f(ctx)),
+            std::ffi::CStr::from_ptr(event).to_bytes(),
             RedisString::string_as_slice(key),
         )
     };
+    // SAFETY: as above.
+    let db = || unsafe { raw::RedisModule_GetSelectedDb.map_or(-1, |f| f(ctx)) };
     // Any event about the key consumes what its lock's unlink left: a lease
     // that ends unlinks the lock and says `expired` next, nothing between.
     // Another event first (`expire` after a `SET … PX` over the lock, `del`,
     // `rename_to`…) means the lock left some other way, and an `expired`
     // after it is about the value that replaced the lock.
-    if datatype::unlinked_pending() {
-        let (db, name) = db_and_name();
-        if datatype::take_unlinked(db, name) && event == b"expired" {
-            stats::EXPIRED_HELD.incr();
-        }
+    if datatype::unlinked_pending() && datatype::take_unlinked(db(), name) && event == b"expired" {
+        stats::EXPIRED_HELD.incr();
     }
     if waiting::serving_inline() {
         return; // our own command frees the lock and serves it itself
     }
-    let name = || {
-        let (db, name) = db_and_name();
-        LockName::new(db, name)
-    };
+    if ARRIVALS.contains(&event) && is_lock(ctx, key) {
+        // A lock under a new name: from now on its notifications count.
+        datatype::note_lock_name(name);
+    } else if !datatype::may_hold_lock(name) {
+        return; // no lock and no waiter was ever under this name
+    }
+    let nobody_waits = !waiting::anyone_waiting();
     if TTL_EVENTS.contains(&event) {
         if is_lock(ctx, key) {
-            waiting::ttl_changed(ctx, name());
-        } else if waiting::anyone_waiting() {
+            waiting::ttl_changed(ctx, LockName::new(db(), name));
+        } else if !nobody_waits {
             // Not a lock (any more): another value, or nothing. Reading the
             // key may itself have deleted it: Redis 7.0 expires a key a
             // read finds past its TTL (`SET … PXAT` in the past sends
             // `expire` first), and does not send the `expired` that follows
             // to the module whose callback caused it. Its waiters are served
             // if the key is gone, or wait on for the other value.
-            waiting::freed_by_event(ctx, name());
+            waiting::freed_by_event(ctx, LockName::new(db(), name));
         }
-        return;
+    } else if !nobody_waits {
+        waiting::freed_by_event(ctx, LockName::new(db(), name));
     }
-    if waiting::anyone_waiting() {
-        waiting::freed_by_event(ctx, name());
-    }
+    // The last lock may just have gone.
+    datatype::forget_lock_names_if_idle(nobody_waits);
 }
+
+/// Events that bring a value to a new name (a lock keeps its lease):
+/// `RENAME`, `MOVE`, `COPY` (the copy callback sees the name too) and
+/// `RESTORE` (so does loading).
+const ARRIVALS: [&[u8]; 4] = [b"rename_to", b"move_to", b"copy_to", b"restore"];
 
 /// Events that change a key's TTL without this module: a lock's lease must
 /// then be put back (no lock lives forever).
