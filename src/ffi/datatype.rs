@@ -390,8 +390,13 @@ thread_local! {
 
 }
 
+/// Whether [`LAST_UNLINKED`] holds a key: read on every notification, so
+/// a plain static instead of the thread-local.
+static UNLINKED_PENDING: AtomicBool = AtomicBool::new(false);
+
 /// Records the lock key `unlink2` saw leave (main thread).
 fn lock_unlinked(db: c_int, name: &[u8]) {
+    UNLINKED_PENDING.store(true, Relaxed);
     LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
         *last_db = db;
         last_name.clear();
@@ -403,15 +408,18 @@ fn lock_unlinked(db: c_int, name: &[u8]) {
 /// Whether a lock key's unlink waits to be paired with a notification (a
 /// check that costs no key name).
 pub fn unlinked_pending() -> bool {
-    LAST_UNLINKED.with_borrow(|(last_db, _, _)| *last_db != -1)
+    UNLINKED_PENDING.load(Relaxed)
 }
 
 /// Whether the key just unlinked was `name` in `db` (and forgets it then).
 pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
     LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
-        let hit = *last_db == db && last_name == name && now_ms().saturating_sub(*at) <= 1;
-        if hit {
+        let fresh = now_ms().saturating_sub(*at) <= 1;
+        let hit = fresh && *last_db == db && last_name == name;
+        if hit || !fresh {
+            // Consumed, or too old ever to match: nothing to pair any more.
             *last_db = -1;
+            UNLINKED_PENDING.store(false, Relaxed);
         }
         hit
     })

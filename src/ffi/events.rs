@@ -129,14 +129,14 @@ fn keyspace_event(
     if datatype::unlinked_pending() && datatype::take_unlinked(db(), name) && event == b"expired" {
         stats::EXPIRED_HELD.incr();
     }
-    if waiting::serving_inline() {
-        return; // our own command frees the lock and serves it itself
-    }
     if ARRIVALS.contains(&event) && is_lock(ctx, key) {
         // A lock under a new name: from now on its notifications count.
         datatype::note_lock_name(name);
     } else if !datatype::may_hold_lock(name) {
         return; // no lock and no waiter was ever under this name
+    }
+    if waiting::serving_inline() {
+        return; // our own command frees the lock and serves it itself
     }
     let nobody_waits = !waiting::anyone_waiting();
     if TTL_EVENTS.contains(&event) {
