@@ -481,6 +481,10 @@ fn a_lock_renamed_moved_or_copied_gets_its_lease_back_after_persist() {
     c.acquire("c", "alice", LONG).expect("free");
     let _: () = c.value(&["RENAME", "a", "renamed"]);
     assert_eq!(c.int(&["MOVE", "b", "1"]), 1);
+    // Valkey 8.1 leaves a client that ran MOVE in the target database when
+    // a module listens to keyspace notifications (a server bug, seen with
+    // the module's releases before this one too): back to 0 explicitly.
+    let _: () = c.value(&["SELECT", "0"]);
     assert_eq!(c.int(&["COPY", "c", "copied", "DB", "2"]), 1);
     for (db, key) in [("0", "renamed"), ("1", "b"), ("2", "copied")] {
         let _: () = c.value(&["SELECT", db]);
