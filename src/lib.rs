@@ -65,8 +65,10 @@ mod registration {
     /// shim that reads its arguments in place ([`ffi::Args`]) and replies
     /// with the result.
     fn register_commands(ctx: &Context) -> Status {
+        // `$makes_locks`: the command may make a lock or a waiter under its
+        // key (the others find one there or do nothing).
         macro_rules! shim {
-            ($handler:path) => {{
+            ($handler:path, $makes_locks:expr) => {{
                 extern "C" fn shim(
                     ctx: *mut raw::RedisModuleCtx,
                     argv: *mut *mut raw::RedisModuleString,
@@ -80,15 +82,10 @@ mod registration {
                     let replied = ffi::guard(stringify!($handler), None, || {
                         // SAFETY: Redis passes `argc` live arguments for the call.
                         let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
-                        // The key a lock command names may hold a lock or
-                        // get waiters: its notifications count from now on.
-                        // After the handler too: opening the key may have
-                        // expired the last lock, and a notification then
-                        // emptied the filter, before the handler made one.
-                        let key = args.bytes().get(1).copied().unwrap_or_default();
-                        ffi::datatype::note_lock_name(key);
-                        let reply = $handler(&context, &args);
-                        ffi::datatype::note_lock_name(key);
+                        // The key of a command that may make a lock or a
+                        // waiter there: its notifications count from now on.
+                        let key = args.bytes().get(1).copied().filter(|_| $makes_locks);
+                        let reply = ffi::datatype::lock_command(key, || $handler(&context, &args));
                         Some(context.reply(reply) as c_int)
                     });
                     // A panic outside the handler's own guard: still one reply.
@@ -101,14 +98,14 @@ mod registration {
             }};
         }
         let commands = [
-            (&commandinfo::ACQUIRE, shim!(commands::acquire)),
-            (&commandinfo::REENTER, shim!(commands::reenter)),
-            (&commandinfo::RELEASE, shim!(commands::release)),
-            (&commandinfo::RENEW, shim!(commands::renew)),
-            (&commandinfo::FENCE, shim!(commands::fence)),
-            (&commandinfo::INFO, shim!(commands::info)),
-            (&commandinfo::APPLY, shim!(commands::apply)),
-            (&commandinfo::LAST_FENCE, shim!(commands::last_fence)),
+            (&commandinfo::ACQUIRE, shim!(commands::acquire, true)),
+            (&commandinfo::REENTER, shim!(commands::reenter, false)),
+            (&commandinfo::RELEASE, shim!(commands::release, false)),
+            (&commandinfo::RENEW, shim!(commands::renew, false)),
+            (&commandinfo::FENCE, shim!(commands::fence, false)),
+            (&commandinfo::INFO, shim!(commands::info, false)),
+            (&commandinfo::APPLY, shim!(commands::apply, true)),
+            (&commandinfo::LAST_FENCE, shim!(commands::last_fence, false)),
         ];
         let category = commandinfo::add_category(ctx);
         for (command, handler) in commands {

@@ -454,12 +454,20 @@ const EMPTY_AFTER: u64 = 2_048;
 fn name_bits(name: &[u8]) -> [usize; 2] {
     // A multiplicative hash over 8-byte words (FxHash's step): a few
     // instructions per word, its entropy in the high bits used here.
+    let step = |h: u64, word: u64| (h.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    let mut words = name.chunks_exact(8);
     let mut h = name.len() as u64;
-    for word in name.chunks(8) {
+    for word in &mut words {
         let mut bytes = [0u8; 8];
-        bytes[..word.len()].copy_from_slice(word);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(bytes)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        bytes.copy_from_slice(word);
+        h = step(h, u64::from_le_bytes(bytes));
     }
+    let tail = words
+        .remainder()
+        .iter()
+        .rev()
+        .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+    h = step(h, tail);
     [(h >> 48) as usize, ((h >> 32) & 0xffff) as usize]
 }
 
@@ -479,12 +487,36 @@ pub fn may_hold_lock(name: &[u8]) -> bool {
             .all(|&bit| NAME_BITS[bit / 64].load(Relaxed) & (1 << (bit % 64)) != 0)
 }
 
+/// A lock command runs: the filter is not emptied meanwhile (the command
+/// put its key in before it ran, and may make a lock there after a
+/// notification found none left).
+static IN_LOCK_COMMAND: AtomicBool = AtomicBool::new(false);
+
+/// Runs a lock command that may make a lock or a waiter under `name`: puts
+/// the name in the filter first, and keeps the filter from being emptied
+/// until the command is done.
+pub fn lock_command<R>(name: Option<&[u8]>, command: impl FnOnce() -> R) -> R {
+    /// Clears the flag even if `command` panics (caught at the boundary).
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            IN_LOCK_COMMAND.store(false, Relaxed);
+        }
+    }
+    if let Some(name) = name {
+        note_lock_name(name);
+    }
+    IN_LOCK_COMMAND.store(true, Relaxed);
+    let _done = Done;
+    command()
+}
+
 /// Empties the filter if no lock exists, `nobody_waits` (nor waits for
-/// lease work), and enough names went in to make it worth a pass (main
-/// thread).
+/// lease work), no lock command runs, and enough names went in to make it
+/// worth a pass (main thread).
 pub fn forget_lock_names_if_idle(nobody_waits: bool) {
     let full = NAMES_ADDED.load(Relaxed) >= EMPTY_AFTER || NAMES_UNKNOWN.load(Relaxed);
-    if full && nobody_waits && stats::HELD.get() <= 0 {
+    if full && nobody_waits && !IN_LOCK_COMMAND.load(Relaxed) && stats::HELD.get() <= 0 {
         for word in &NAME_BITS {
             word.store(0, Relaxed);
         }

@@ -129,10 +129,17 @@ pub(crate) fn at_first_lock(
 /// loading ends with locks), before any notification about it. Costs one
 /// thread-local read once run.
 pub(crate) fn lock_may_exist() {
+    if FIRST_LOCK_DONE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     if let Some((ctx, hook)) = FIRST_LOCK.take() {
+        FIRST_LOCK_DONE.store(true, std::sync::atomic::Ordering::Relaxed);
         hook(ctx);
     }
 }
+
+/// The [`at_first_lock`] hook has run: a check without a thread-local read.
+static FIRST_LOCK_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Runs `body`; if it panics, logs and returns `fallback` instead.
 pub fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
