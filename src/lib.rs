@@ -66,18 +66,28 @@ mod registration {
     /// shim that reads its arguments in place ([`ffi::Args`]) and replies
     /// with the result.
     fn register_commands(ctx: &Context) -> Status {
+        // `$makes_locks`: the command may make a lock or a waiter under its
+        // key (the others find one there or do nothing).
         macro_rules! shim {
-            ($handler:path) => {{
+            ($handler:path, $makes_locks:expr) => {{
                 extern "C" fn shim(
                     ctx: *mut raw::RedisModuleCtx,
                     argv: *mut *mut raw::RedisModuleString,
                     argc: c_int,
                 ) -> c_int {
                     let context = Context::new(ctx);
+                    // A client may wait on a lock that does not exist yet
+                    // (a quarantine): from the first lock command on, the
+                    // module hears about keys.
+                    ffi::lock_may_exist();
                     let replied = ffi::guard(stringify!($handler), None, || {
                         // SAFETY: Redis passes `argc` live arguments for the call.
                         let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
-                        Some(context.reply($handler(&context, &args)) as c_int)
+                        // The key of a command that may make a lock or a
+                        // waiter there: its notifications count from now on.
+                        let key = args.bytes().get(1).copied().filter(|_| $makes_locks);
+                        let reply = ffi::datatype::lock_command(key, || $handler(&context, &args));
+                        Some(context.reply(reply) as c_int)
                     });
                     // A panic outside the handler's own guard: still one reply.
                     replied.unwrap_or_else(|| {
@@ -89,14 +99,14 @@ mod registration {
             }};
         }
         let commands = [
-            (&commandinfo::ACQUIRE, shim!(commands::acquire)),
-            (&commandinfo::REENTER, shim!(commands::reenter)),
-            (&commandinfo::RELEASE, shim!(commands::release)),
-            (&commandinfo::RENEW, shim!(commands::renew)),
-            (&commandinfo::FENCE, shim!(commands::fence)),
-            (&commandinfo::INFO, shim!(commands::info)),
-            (&commandinfo::APPLY, shim!(commands::apply)),
-            (&commandinfo::LAST_FENCE, shim!(commands::last_fence)),
+            (&commandinfo::ACQUIRE, shim!(commands::acquire, true)),
+            (&commandinfo::REENTER, shim!(commands::reenter, false)),
+            (&commandinfo::RELEASE, shim!(commands::release, false)),
+            (&commandinfo::RENEW, shim!(commands::renew, false)),
+            (&commandinfo::FENCE, shim!(commands::fence, false)),
+            (&commandinfo::INFO, shim!(commands::info, false)),
+            (&commandinfo::APPLY, shim!(commands::apply, true)),
+            (&commandinfo::LAST_FENCE, shim!(commands::last_fence, false)),
         ];
         let category = commandinfo::add_category(ctx);
         for (command, handler) in commands {

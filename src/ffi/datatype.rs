@@ -11,11 +11,11 @@ use std::cell::RefCell;
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
-use crate::ffi::{guard, now_ms};
+use crate::ffi::{guard, lock_may_exist, now_ms};
 use crate::lock::Hold;
 use crate::{fence, stats};
 
@@ -86,6 +86,9 @@ impl StoredLock {
             let start = ptr::addr_of_mut!((*value).owner).cast::<u8>();
             ptr::copy_nonoverlapping(owner.as_ptr(), start, owner.len());
             stats::HELD.add(1);
+            // Before the notifications about this value's key (`RESTORE`
+            // sends `restore` right after loading it).
+            lock_may_exist();
             value.cast()
         }
     }
@@ -191,6 +194,14 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
 
 /// Version 1: owner, count, fence. Version 2 adds the lease end.
 fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
+    // SAFETY: Redis passes a live IO context; the name it returns (or
+    // null) lives as long as the load.
+    let name = unsafe { raw::RedisModule_GetKeyNameFromIO.map_or(ptr::null(), |f| f(rdb)) };
+    if name.is_null() {
+        NAMES_UNKNOWN.store(true, Relaxed);
+    } else {
+        note_lock_name(RedisString::string_as_slice(name));
+    }
     let owner = raw::load_string_buffer(rdb).ok()?;
     let count = raw::load_unsigned(rdb).ok()?;
     let fence = raw::load_unsigned(rdb).ok()?;
@@ -329,10 +340,15 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
 /// `COPY`: an independent copy of the value (same owner, count, fence, lease).
 extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+    to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
     guard("copy", ptr::null_mut(), || {
+        if to.is_null() {
+            NAMES_UNKNOWN.store(true, Relaxed);
+        } else {
+            note_lock_name(RedisString::string_as_slice(to));
+        }
         // SAFETY: Redis passes a value this type created, alive for the call.
         let lock = unsafe { value_ref(value) };
         StoredLock::new_raw(lock.owner(), lock.count, lock.fence, lock.lease)
@@ -374,8 +390,13 @@ thread_local! {
 
 }
 
+/// Whether [`LAST_UNLINKED`] holds a key: read on every notification, so
+/// a plain static instead of the thread-local.
+static UNLINKED_PENDING: AtomicBool = AtomicBool::new(false);
+
 /// Records the lock key `unlink2` saw leave (main thread).
 fn lock_unlinked(db: c_int, name: &[u8]) {
+    UNLINKED_PENDING.store(true, Relaxed);
     LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
         *last_db = db;
         last_name.clear();
@@ -384,13 +405,122 @@ fn lock_unlinked(db: c_int, name: &[u8]) {
     });
 }
 
+/// Whether a lock key's unlink waits to be paired with a notification (a
+/// check that costs no key name).
+pub fn unlinked_pending() -> bool {
+    UNLINKED_PENDING.load(Relaxed)
+}
+
 /// Whether the key just unlinked was `name` in `db` (and forgets it then).
 pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
     LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
-        let hit = *last_db == db && last_name == name && now_ms().saturating_sub(*at) <= 1;
-        if hit {
+        let fresh = now_ms().saturating_sub(*at) <= 1;
+        let hit = fresh && *last_db == db && last_name == name;
+        if hit || !fresh {
+            // Consumed, or too old ever to match: nothing to pair any more.
             *last_db = -1;
+            UNLINKED_PENDING.store(false, Relaxed);
         }
         hit
     })
+}
+
+// ---------------------------------------------------------------------------
+// Which key names may hold a lock, for the keyspace notifications.
+// ---------------------------------------------------------------------------
+
+/// A Bloom filter (two bits per name) of the key names that may hold a
+/// lock or have clients waiting: every key a lock command named, and every
+/// lock loaded, restored, copied, renamed or moved. A notification about a
+/// name it does not hold is about no lock and no waiter, and returns
+/// without a key lookup. It cannot forget one name, so it is emptied as a
+/// whole when no lock exists and nobody waits, once enough names went in
+/// (until then a name may stay a false positive: a key lookup, as without
+/// the filter). Blind to databases, so `SWAPDB` and `MOVE` keep it true.
+/// Atomics, in static memory: a value may be born off the main thread.
+static NAME_BITS: [AtomicU64; NAME_WORDS] = [const { AtomicU64::new(0) }; NAME_WORDS];
+/// 65,536 bits (8 KiB): about 1% false positives with 3,000 names in.
+const NAME_WORDS: usize = 1024;
+/// Names put in since the filter was last emptied.
+static NAMES_ADDED: AtomicU64 = AtomicU64::new(0);
+/// A lock arrived whose key name Redis did not give: every name may be one.
+static NAMES_UNKNOWN: AtomicBool = AtomicBool::new(false);
+/// Emptied only once this many names went in (emptying costs a pass over
+/// the 8 KiB; a server that takes and frees one lock over and over keeps
+/// its few names).
+const EMPTY_AFTER: u64 = 2_048;
+
+/// The filter's two bit positions for `name`.
+fn name_bits(name: &[u8]) -> [usize; 2] {
+    // A multiplicative hash over 8-byte words (FxHash's step): a few
+    // instructions per word, its entropy in the high bits used here.
+    let step = |h: u64, word: u64| (h.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    let mut words = name.chunks_exact(8);
+    let mut h = name.len() as u64;
+    for word in &mut words {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        h = step(h, u64::from_le_bytes(bytes));
+    }
+    let tail = words
+        .remainder()
+        .iter()
+        .rev()
+        .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+    h = step(h, tail);
+    [(h >> 48) as usize, ((h >> 32) & 0xffff) as usize]
+}
+
+/// Puts `name` in the filter: it may hold a lock or have waiters.
+pub fn note_lock_name(name: &[u8]) {
+    for bit in name_bits(name) {
+        NAME_BITS[bit / 64].fetch_or(1 << (bit % 64), Relaxed);
+    }
+    NAMES_ADDED.fetch_add(1, Relaxed);
+}
+
+/// Whether `name` may hold a lock or have waiters (`false`: it does not).
+pub fn may_hold_lock(name: &[u8]) -> bool {
+    NAMES_UNKNOWN.load(Relaxed)
+        || name_bits(name)
+            .iter()
+            .all(|&bit| NAME_BITS[bit / 64].load(Relaxed) & (1 << (bit % 64)) != 0)
+}
+
+/// A lock command runs: the filter is not emptied meanwhile (the command
+/// put its key in before it ran, and may make a lock there after a
+/// notification found none left).
+static IN_LOCK_COMMAND: AtomicBool = AtomicBool::new(false);
+
+/// Runs a lock command that may make a lock or a waiter under `name`: puts
+/// the name in the filter first, and keeps the filter from being emptied
+/// until the command is done.
+pub fn lock_command<R>(name: Option<&[u8]>, command: impl FnOnce() -> R) -> R {
+    /// Clears the flag even if `command` panics (caught at the boundary).
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            IN_LOCK_COMMAND.store(false, Relaxed);
+        }
+    }
+    if let Some(name) = name {
+        note_lock_name(name);
+    }
+    IN_LOCK_COMMAND.store(true, Relaxed);
+    let _done = Done;
+    command()
+}
+
+/// Empties the filter if no lock exists, `nobody_waits` (nor waits for
+/// lease work), no lock command runs, and enough names went in to make it
+/// worth a pass (main thread).
+pub fn forget_lock_names_if_idle(nobody_waits: bool) {
+    let full = NAMES_ADDED.load(Relaxed) >= EMPTY_AFTER || NAMES_UNKNOWN.load(Relaxed);
+    if full && nobody_waits && !IN_LOCK_COMMAND.load(Relaxed) && stats::HELD.get() <= 0 {
+        for word in &NAME_BITS {
+            word.store(0, Relaxed);
+        }
+        NAMES_ADDED.store(0, Relaxed);
+        NAMES_UNKNOWN.store(false, Relaxed);
+    }
 }

@@ -11,17 +11,23 @@
 //! about the key between, tells why: pairing the two counts leases that
 //! ended while held. (3) At the end of loading, the fence
 //! counter is re-based on the clock (see [`on_server_event`]).
+//!
+//! Every notification heard costs the command that caused it, module data
+//! or not: Redis builds a module context per delivery (~700 instructions).
+//! So the module hears keys only once a lock may exist (see
+//! `ffi::at_first_lock`), and a notification about a key that never held a
+//! lock nor had waiters returns after a hash of its name (see
+//! `datatype::may_hold_lock`), without a key lookup.
 
 use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
-use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::{logging, raw, Context, RedisString};
 
-use crate::ffi::key::{Access, LockKey};
+use crate::ffi::{at_first_lock, guard, lock_may_exist, now_ms};
 use crate::ffi::{datatype, quarantine, upgrade};
-use crate::ffi::{guard, now_ms, subscribe_to_server_event, waiting};
+use crate::ffi::{subscribe_to_server_event, waiting};
 use crate::queue::LockName;
 use crate::{fence, stats};
 
@@ -30,42 +36,59 @@ thread_local! {
     static LOADING_AOF: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Subscribes to what the module needs to hear. Called once at load.
+/// Subscribes to what the module needs to hear: at load, the loading
+/// events; the rest once a lock may exist ([`subscribe_for_locks`]).
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
+    // SAFETY: a copy of the API table's entry, read after module load.
+    if unsafe { raw::RedisModule_SubscribeToKeyspaceEvents }.is_none() {
+        return Err("cannot subscribe to keyspace events");
+    }
+    if !subscribe_to_server_event(
+        ctx.ctx,
+        raw::REDISMODULE_EVENT_LOADING,
+        Some(on_server_event),
+    ) {
+        return Err("cannot subscribe to server events");
+    }
+    // A server where nobody locks pays nothing for the module on its keys.
+    at_first_lock(ctx.ctx, subscribe_for_locks)
+}
+
+/// The keyspace notifications, flushes and swaps: they matter only to a
+/// lock or its waiters, so they are heard from the first lock on.
+fn subscribe_for_locks(ctx: *mut raw::RedisModuleCtx) {
     // Only the classes that report a key leaving: `del` (DEL, UNLINK,
     // GETDEL, MIGRATE, a container's last element popped, a hash's last
     // field expired, Valkey's DELIFEQ), `rename_from`, `move_from` (all
     // generic), `expired` and `evicted`; the generic class also says when a
-    // lock arrives (`restore`, `copy_to`, `rename_to`, `move_to`). A write
-    // that keeps the key (a SET over a lock) does not free it, and every
-    // class heard is a cost paid by every such write on the server, module
-    // data or not. So neither `new` nor Redis 8.2's `overwritten` and
-    // `type_changed` (classes of their own): a key created or replaced never
-    // frees a lock, and the other servers do not send the last two.
+    // lock arrives (`restore`, `copy_to`, `rename_to`, `move_to`) and when
+    // a TTL changes (`expire`, `persist`). A write that keeps the key (a
+    // SET over a lock) does not free it, and every class heard is a cost
+    // paid by every such write on the server, module data or not. So
+    // neither `new` nor Redis 8.2's `overwritten` and `type_changed`
+    // (classes of their own): a key created or replaced never frees a
+    // lock, and the other servers do not send the last two.
     let types = raw::REDISMODULE_NOTIFY_GENERIC
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED;
-    let server_events = [
+    // SAFETY: the main thread, a context of this module; the callback is a
+    // plain function that lives as long as the module. Redis appends the
+    // subscriber to its list, safe even while it walks that list.
+    let status = unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents.map_or(raw::Status::Err as c_int, |f| {
+            f(ctx, types as c_int, Some(on_keyspace_event))
+        })
+    };
+    let mut ok = status == raw::Status::Ok as c_int;
+    for id in [
         raw::REDISMODULE_EVENT_FLUSHDB,
         raw::REDISMODULE_EVENT_SWAPDB,
-        raw::REDISMODULE_EVENT_LOADING,
-    ];
-    // SAFETY: called at module load with its context; the callback is a
-    // plain function that lives as long as the module.
-    unsafe {
-        let ok = raw::Status::Ok as c_int;
-        let keyspace = raw::RedisModule_SubscribeToKeyspaceEvents
-            .map_or(!ok, |f| f(ctx.ctx, types, Some(on_keyspace_event)));
-        if keyspace != ok {
-            return Err("cannot subscribe to keyspace events");
-        }
+    ] {
+        ok &= subscribe_to_server_event(ctx, id, Some(on_server_event));
     }
-    for id in server_events {
-        if !subscribe_to_server_event(ctx.ctx, id, Some(on_server_event)) {
-            return Err("cannot subscribe to server events");
-        }
+    if !ok {
+        logging::log_warning("lock: cannot subscribe to keyspace, flush or swap-db events");
     }
-    Ok(())
 }
 
 /// A keyspace notification (main thread). Must not write to the keyspace.
@@ -84,56 +107,92 @@ fn keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) {
+    // Most notifications are about keys that are not locks, on a server
+    // where nobody waits: they must cost next to nothing (no allocation,
+    // no string object, no key lookup unless the key may be a lock).
     // SAFETY: Redis passes a NUL-terminated event name, a live key name and
-    // a context whose selected database is the key's.
-    let (event, name, db) = unsafe {
+    // a context whose selected database is the key's; the name's bytes
+    // live as long as `key`.
+    let (event, name) = unsafe {
         (
             std::ffi::CStr::from_ptr(event).to_bytes(),
             RedisString::string_as_slice(key),
-            raw::RedisModule_GetSelectedDb.map_or(-1, |f| f(ctx)),
         )
     };
+    // SAFETY: as above.
+    let db = || unsafe { raw::RedisModule_GetSelectedDb.map_or(-1, |f| f(ctx)) };
     // Any event about the key consumes what its lock's unlink left: a lease
     // that ends unlinks the lock and says `expired` next, nothing between.
     // Another event first (`expire` after a `SET … PX` over the lock, `del`,
     // `rename_to`…) means the lock left some other way, and an `expired`
     // after it is about the value that replaced the lock.
-    if datatype::take_unlinked(db, name) && event == b"expired" {
+    if datatype::unlinked_pending() && datatype::take_unlinked(db(), name) && event == b"expired" {
         stats::EXPIRED_HELD.incr();
+    }
+    if ARRIVALS.contains(&event) && is_lock(ctx, key) {
+        // A lock under a new name: from now on its notifications count.
+        datatype::note_lock_name(name);
+    } else if !datatype::may_hold_lock(name) {
+        return; // no lock and no waiter was ever under this name
     }
     if waiting::serving_inline() {
         return; // our own command frees the lock and serves it itself
     }
+    let nobody_waits = !waiting::anyone_waiting();
     if TTL_EVENTS.contains(&event) {
         if is_lock(ctx, key) {
-            waiting::ttl_changed(ctx, LockName::new(db, name));
-        } else if waiting::anyone_waiting() {
+            waiting::ttl_changed(ctx, LockName::new(db(), name));
+        } else if !nobody_waits {
             // Not a lock (any more): another value, or nothing. Reading the
             // key may itself have deleted it: Redis 7.0 expires a key a
             // read finds past its TTL (`SET … PXAT` in the past sends
             // `expire` first), and does not send the `expired` that follows
             // to the module whose callback caused it. Its waiters are served
             // if the key is gone, or wait on for the other value.
-            waiting::freed_by_event(ctx, LockName::new(db, name));
+            waiting::freed_by_event(ctx, LockName::new(db(), name));
         }
-        return;
+    } else if !nobody_waits {
+        waiting::freed_by_event(ctx, LockName::new(db(), name));
     }
-    if waiting::anyone_waiting() {
-        waiting::freed_by_event(ctx, LockName::new(db, name));
-    }
+    // The last lock may just have gone.
+    datatype::forget_lock_names_if_idle(nobody_waits);
 }
+
+/// Events that bring a value to a new name (a lock keeps its lease):
+/// `RENAME`, `MOVE`, `COPY` (the copy callback sees the name too) and
+/// `RESTORE` (so does loading).
+const ARRIVALS: [&[u8]; 4] = [b"rename_to", b"move_to", b"copy_to", b"restore"];
 
 /// Events that change a key's TTL without this module: a lock's lease must
 /// then be put back (no lock lives forever).
 const TTL_EVENTS: [&[u8]; 3] = [b"persist", b"expire", b"restore"];
 
-/// Whether `key` (in the context's database) holds a lock.
+/// Whether `key` (in the context's database) holds a lock. No lookup while
+/// no lock exists; otherwise one open without touching the key's LRU/LFU
+/// (an operator's `EXPIRE` is not a read of the key by the module).
 fn is_lock(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) -> bool {
-    let context = Context::new(ctx);
-    let name = RedisString::new(NonNull::new(ctx), key);
-    let key = LockKey::open(&context, &name, Access::Read);
-    let found = matches!(key.stored(), Ok(Some(_)));
-    found
+    if stats::HELD.get() <= 0 {
+        return false;
+    }
+    let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_OPEN_KEY_NOTOUCH) as c_int;
+    // SAFETY: the notification's live context and key name; the key is
+    // closed before returning, and its type read only while open.
+    unsafe {
+        let (Some(open), Some(close), Some(type_of)) = (
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_CloseKey,
+            raw::RedisModule_ModuleTypeGetType,
+        ) else {
+            return false;
+        };
+        let opened = open(ctx, key, mode);
+        if opened.is_null() {
+            return false;
+        }
+        let lock = type_of(opened) == datatype::raw_type();
+        close(opened);
+        lock
+    }
 }
 
 /// Flush, swap-db and end of loading: any lock with waiters may be free now.
@@ -182,6 +241,9 @@ fn server_event(
                 fence::observe(fence::next(0, now_ms()));
             }
             quarantine::loading_ended();
+            if stats::HELD.get() > 0 {
+                lock_may_exist(); // locks loaded off the main thread, if ever
+            }
             if datatype::V1_LOADED.swap(0, Relaxed) > 0 {
                 upgrade::schedule(ctx);
             }

@@ -89,6 +89,59 @@ pub(crate) fn subscribe_to_server_event(
     status == raw::Status::Ok as c_int
 }
 
+/// Subscriptions to make once a lock may exist, given a context to make
+/// them with.
+type FirstLockHook = fn(*mut raw::RedisModuleCtx);
+
+thread_local! {
+    /// What waits for the first lock (see [`at_first_lock`]): a detached
+    /// context of this module and the hook to call with it. Set at load,
+    /// on the main thread only, so a value born on another thread (a
+    /// server that loads off the main thread) cannot run it from there;
+    /// taken when run.
+    static FIRST_LOCK: Cell<Option<(*mut raw::RedisModuleCtx, FirstLockHook)>> =
+        const { Cell::new(None) };
+}
+
+/// Defers `hook` (subscriptions) until a lock may exist: see
+/// [`lock_may_exist`]. Until then no key is a lock and no client waits, so
+/// there is nothing to hear; and every keyspace class and server event a
+/// module subscribes to costs the server's other commands (a module context
+/// per notification; on Redis 7.0, a walk of every listener twice per turn
+/// of the event loop), locks or not.
+pub(crate) fn at_first_lock(
+    ctx: *mut raw::RedisModuleCtx,
+    hook: FirstLockHook,
+) -> Result<(), &'static str> {
+    // SAFETY: called at module load with its live context; the detached
+    // context lives as long as the module.
+    let detached = unsafe {
+        raw::RedisModule_GetDetachedThreadSafeContext.map_or(std::ptr::null_mut(), |f| f(ctx))
+    };
+    if detached.is_null() {
+        return Err("cannot make a context to subscribe to events with");
+    }
+    FIRST_LOCK.set(Some((detached, hook)));
+    Ok(())
+}
+
+/// Runs the [`at_first_lock`] hook if it has not run: called wherever a
+/// lock may begin to exist (a value is born, a module command runs,
+/// loading ends with locks), before any notification about it. Costs one
+/// thread-local read once run.
+pub(crate) fn lock_may_exist() {
+    if FIRST_LOCK_DONE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    if let Some((ctx, hook)) = FIRST_LOCK.take() {
+        FIRST_LOCK_DONE.store(true, std::sync::atomic::Ordering::Relaxed);
+        hook(ctx);
+    }
+}
+
+/// The [`at_first_lock`] hook has run: a check without a thread-local read.
+static FIRST_LOCK_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Runs `body`; if it panics, logs and returns `fallback` instead.
 pub fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
