@@ -14,6 +14,7 @@
 //! | [`server`] | one server: commands, waiters, leases, deletes, flushes, pauses |
 //! | [`failover`] | master, lagging replica, failover and restart, with and without the quarantine |
 //! | [`redlock`] | Redlock over 3 servers with crash and restart, with and without the FENCE round |
+//! | [`shared`] | one lock shared by readers, writers or a semaphore's permits, one queue for both modes, with each protection taken out in turn |
 //!
 //! [`run`] checks a model and reports what held and what did not, with a
 //! readable trace for every counterexample.
@@ -30,6 +31,7 @@ pub use Search::{Bfs, Dfs};
 pub mod failover;
 pub mod redlock;
 pub mod server;
+pub mod shared;
 
 /// What one run of the checker found.
 pub struct Report {
