@@ -77,6 +77,13 @@ pub struct Bounds {
     pub crashes: u8,
     /// Also try `LOCK.ACQUIRE` without `WAIT`.
     pub no_wait: bool,
+    /// `Some((a, b))`: client `a` is another connection of client `b`'s
+    /// owner (two threads of one process, a pool). Each connection counts
+    /// its own acquisitions; one that sees the lease end it was told pass
+    /// forgets them, as a client's lease timer does (a late release would
+    /// take a count from a newer hold of the same owner: the server cannot
+    /// tell them apart).
+    pub same_owner: Option<(usize, usize)>,
     pub flaw: Option<Flaw>,
 }
 
@@ -92,6 +99,7 @@ impl Bounds {
             commands: 3,
             crashes: 1,
             no_wait: false,
+            same_owner: None,
             flaw: None,
         }
     }
@@ -124,6 +132,17 @@ impl Bounds {
         }
     }
 
+    /// Two readers and a writer, the second reader being another
+    /// connection of the writer's owner: a writer may read (a reentry),
+    /// a reader may not upgrade, and a waiter whose owner holds the lock
+    /// by the time it reaches the head is decided so (`make test`).
+    pub fn same_owner() -> Bounds {
+        Bounds {
+            same_owner: Some((2, 1)),
+            ..Bounds::readers_and_writer()
+        }
+    }
+
     /// Four clients, longer (`make model`).
     pub fn full(roles: Vec<Role>) -> Bounds {
         Bounds {
@@ -135,6 +154,7 @@ impl Bounds {
             commands: 3,
             crashes: 1,
             no_wait: true,
+            same_owner: None,
             flaw: None,
         }
     }
@@ -153,7 +173,8 @@ enum Client {
     Waiting {
         deadline: u64,
     },
-    /// Told it holds: the fence and lease end it was told, and its count.
+    /// Told it holds: the fence and lease end it was told, and how many
+    /// times this connection acquired it.
     Holding {
         fence: u64,
         until: u64,
@@ -198,6 +219,10 @@ struct Seen {
     /// A shared request was refused for a limit other than the lock's or
     /// a waiting request's.
     limit_refused: bool,
+    /// A waiter whose owner held the lock by then was reentered from the queue.
+    queue_reentry: bool,
+    /// A reader's owner asked for an exclusive hold and was refused.
+    upgrade_refused: bool,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -244,6 +269,21 @@ pub enum Action {
 }
 
 impl SharedModel {
+    /// The owner a client's connection acquires as.
+    fn owner(&self, client: usize) -> &'static [u8] {
+        match self.bounds.same_owner {
+            Some((a, b)) if a == client => OWNERS[b],
+            _ => OWNERS[client],
+        }
+    }
+
+    /// Whether the client's owner token is shared with another connection.
+    fn shares_owner(&self, client: usize) -> bool {
+        self.bounds
+            .same_owner
+            .is_some_and(|(a, b)| a == client || b == client)
+    }
+
     /// The mode a client's requests carry (as the server sees it: with
     /// [`Flaw::IgnoreLimit`], a permit is a read hold).
     fn mode(&self, client: usize) -> Mode {
@@ -262,7 +302,7 @@ impl SharedModel {
             .iter()
             .map(|&client| Request {
                 id: client,
-                owner: OWNERS[client as usize],
+                owner: self.owner(client as usize),
                 mode: self.mode(client as usize),
                 ttl_ms: self.bounds.ttl,
             })
@@ -367,17 +407,21 @@ impl SharedModel {
                     s.clients[client as usize] = Client::Holding {
                         fence: hold.fence,
                         until: hold.expires_at,
-                        count: hold.count,
+                        count: 1,
                     };
                 }
                 Answer::Reentered(hold) => {
+                    s.seen.queue_reentry = true;
                     s.clients[client as usize] = Client::Holding {
                         fence: hold.fence,
                         until: hold.expires_at,
-                        count: hold.count,
+                        count: 1,
                     };
                 }
-                Answer::Refused(_) => s.clients[client as usize] = Client::Idle,
+                Answer::Refused(error) => {
+                    s.seen.upgrade_refused |= error == LockError::Upgrade;
+                    s.clients[client as usize] = Client::Idle;
+                }
             }
         }
     }
@@ -403,7 +447,7 @@ impl SharedModel {
         };
         let last = s.last_fence;
         let decision = s.holds.acquire(
-            OWNERS[client],
+            self.owner(client),
             mode,
             self.bounds.ttl,
             now,
@@ -424,14 +468,18 @@ impl SharedModel {
                 s.clients[client] = Client::Holding {
                     fence: hold.fence,
                     until: hold.expires_at,
-                    count: hold.count,
+                    count: 1,
                 };
             }
             Ok(Acquire::Reentered(hold)) => {
+                let mine = match s.clients[client] {
+                    Client::Holding { count, .. } => count,
+                    _ => 0,
+                };
                 s.clients[client] = Client::Holding {
                     fence: hold.fence,
                     until: hold.expires_at,
-                    count: hold.count,
+                    count: mine + 1,
                 };
             }
             Ok(Acquire::Busy) if wait => {
@@ -444,6 +492,7 @@ impl SharedModel {
             // or it would have been reentered).
             Ok(Acquire::Busy) | Err(_) => {
                 s.seen.limit_refused |= decision == Err(LockError::LimitMismatch);
+                s.seen.upgrade_refused |= decision == Err(LockError::Upgrade);
                 s.clients[client] = Client::Idle;
             }
         }
@@ -451,9 +500,12 @@ impl SharedModel {
 }
 
 impl State {
-    /// The clients that believe they hold the lock now, with their mode
-    /// as they asked for it.
-    fn believers<'a>(&'a self, model: &'a SharedModel) -> impl Iterator<Item = Role> + 'a {
+    /// The clients that believe they hold the lock now: the owner each
+    /// acquires as, and its mode as it asked for it.
+    fn believers<'a>(
+        &'a self,
+        model: &'a SharedModel,
+    ) -> impl Iterator<Item = (&'static [u8], Role)> + 'a {
         self.clients
             .iter()
             .enumerate()
@@ -463,7 +515,19 @@ impl State {
                 }
                 _ => false,
             })
-            .map(|(i, _)| model.bounds.roles[i])
+            .map(|(i, _)| (model.owner(i), model.bounds.roles[i]))
+    }
+
+    /// How many owners believe they hold the lock, among those `which`.
+    fn owners_holding(&self, model: &SharedModel, which: impl Fn(Role) -> bool) -> usize {
+        let mut owners: Vec<&[u8]> = self
+            .believers(model)
+            .filter(|&(_, role)| which(role))
+            .map(|(owner, _)| owner)
+            .collect();
+        owners.sort();
+        owners.dedup();
+        owners.len()
     }
 
     fn waiting(&self) -> usize {
@@ -550,11 +614,15 @@ impl Model for SharedModel {
             Action::Renew { client } => {
                 let i = client as usize;
                 s.commands[i] += 1;
-                s.clients[i] = match s.holds.renew(OWNERS[i], self.bounds.ttl, now) {
+                let mine = match s.clients[i] {
+                    Client::Holding { count, .. } => count,
+                    _ => 0,
+                };
+                s.clients[i] = match s.holds.renew(self.owner(i), self.bounds.ttl, now) {
                     Ok(hold) => Client::Holding {
                         fence: hold.fence,
                         until: hold.expires_at,
-                        count: hold.count,
+                        count: mine,
                     },
                     // Its lease ended: it learns it lost the lock.
                     Err(_) => Client::Idle,
@@ -563,14 +631,19 @@ impl Model for SharedModel {
             Action::Release { client } => {
                 let i = client as usize;
                 s.commands[i] += 1;
-                s.clients[i] = match (s.holds.release(OWNERS[i], false, now), s.clients[i]) {
-                    (Ok(count), Client::Holding { fence, until, .. }) if count > 0 => {
+                s.clients[i] = match (s.holds.release(self.owner(i), false, now), s.clients[i]) {
+                    (
+                        Ok(_),
                         Client::Holding {
                             fence,
                             until,
                             count,
-                        }
-                    }
+                        },
+                    ) if count > 1 => Client::Holding {
+                        fence,
+                        until,
+                        count: count - 1,
+                    },
                     _ => Client::Idle,
                 };
             }
@@ -599,12 +672,18 @@ impl Model for SharedModel {
                 // The lease checks: ended holds go.
                 s.holds.drop_ended(s.now);
                 // A crashed client restarts once its lease has ended.
-                for c in &mut s.clients {
-                    if let Client::Crashed { until } = *c {
-                        if lock::ended(until, s.now) {
+                for (i, c) in s.clients.iter_mut().enumerate() {
+                    match *c {
+                        Client::Crashed { until } if lock::ended(until, s.now) => {
                             *c = Client::Idle;
                             s.seen.crash_ended |= !s.queue.is_empty();
                         }
+                        Client::Holding { until, .. }
+                            if lock::ended(until, s.now) && self.shares_owner(i) =>
+                        {
+                            *c = Client::Idle;
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -617,15 +696,14 @@ impl Model for SharedModel {
             Property::always(
                 "no exclusive hold beside any other live hold",
                 |m: &SharedModel, s: &State| {
-                    let holders: Vec<Role> = s.believers(m).collect();
-                    holders.len() <= 1 || !holders.contains(&Role::Writer)
+                    let writing = s.believers(m).any(|(_, role)| role == Role::Writer);
+                    !writing || s.owners_holding(m, |_| true) == 1
                 },
             ),
             Property::always(
                 "at most limit owners share a semaphore",
                 |m: &SharedModel, s: &State| {
-                    let permits = s.believers(m).filter(|r| *r == Role::Permit).count();
-                    permits <= m.bounds.limit as usize
+                    s.owners_holding(m, |role| role == Role::Permit) <= m.bounds.limit as usize
                 },
             ),
             Property::always(
@@ -667,17 +745,14 @@ impl Model for SharedModel {
         if readers >= 2 {
             properties.push(Property::sometimes(
                 "two readers hold at once",
-                |m: &SharedModel, s: &State| {
-                    s.believers(m).filter(|r| *r == Role::Reader).count() >= 2
-                },
+                |m: &SharedModel, s: &State| s.owners_holding(m, |role| role == Role::Reader) >= 2,
             ));
         }
         if permits >= self.bounds.limit as usize {
             properties.push(Property::sometimes(
                 "a semaphore reaches its limit",
                 |m: &SharedModel, s: &State| {
-                    let permits = s.believers(m).filter(|r| *r == Role::Permit).count();
-                    permits == m.bounds.limit as usize
+                    s.owners_holding(m, |role| role == Role::Permit) == m.bounds.limit as usize
                 },
             ));
         }
@@ -691,6 +766,16 @@ impl Model for SharedModel {
             properties.push(Property::sometimes(
                 "a writer is granted after shared holds",
                 |_, s: &State| s.seen.writer_after_shared,
+            ));
+        }
+        if self.bounds.same_owner.is_some() {
+            properties.push(Property::sometimes(
+                "a waiter whose owner holds the lock is reentered from the queue",
+                |_, s: &State| s.seen.queue_reentry,
+            ));
+            properties.push(Property::sometimes(
+                "a reader's owner asking to write is refused",
+                |_, s: &State| s.seen.upgrade_refused,
             ));
         }
         if readers >= 1 && permits >= 1 {

@@ -181,6 +181,12 @@ fn shared_readers_writers_and_permits_on_one_lock_keep_every_guarantee() {
 }
 
 #[test]
+fn shared_holds_of_one_owner_on_two_connections_keep_every_guarantee() {
+    let report = shared_model("shared: same owner", shared::Bounds::same_owner());
+    assert_all_held(&report);
+}
+
+#[test]
 fn shared_permits_and_a_writer_keep_every_guarantee() {
     let report = shared_model(
         "shared: semaphore and a writer",
