@@ -47,8 +47,11 @@ pub struct Report {
     /// `always` properties with no counterexample, `sometimes` with an example.
     pub held: Vec<&'static str>,
     /// Properties that failed, each with its trace: a counterexample to an
-    /// `always`, or (for a `sometimes`) no example found.
+    /// `always`, or (for a `sometimes`) no example found in a complete run.
     pub failed: Vec<(&'static str, String)>,
+    /// `sometimes` properties with no example in a run that stopped early
+    /// (at a counterexample it looked for): they were not settled.
+    pub unsettled: Vec<&'static str>,
 }
 
 impl Report {
@@ -72,6 +75,9 @@ impl Report {
         }
         for (name, _) in &self.failed {
             let _ = writeln!(out, "  FAILED: {name}");
+        }
+        for name in &self.unsettled {
+            let _ = writeln!(out, "  (no example before the run stopped): {name}");
         }
         out
     }
@@ -120,13 +126,18 @@ where
         ));
     }
     match search {
-        Search::Bfs => report(label, builder.spawn_bfs().join(), started),
-        Search::Dfs => report(label, builder.spawn_dfs().join(), started),
+        Search::Bfs => report(label, builder.spawn_bfs().join(), started, stop_at),
+        Search::Dfs => report(label, builder.spawn_dfs().join(), started, stop_at),
     }
 }
 
-/// What a finished checker found.
-fn report<M, C>(label: &str, checker: C, started: Instant) -> Report
+/// What a finished checker found (`stop_at`: as given to [`run`]).
+fn report<M, C>(
+    label: &str,
+    checker: C,
+    started: Instant,
+    stop_at: Option<&[&'static str]>,
+) -> Report
 where
     M: Model,
     M::State: Clone + Debug + PartialEq,
@@ -136,20 +147,31 @@ where
     let elapsed = started.elapsed();
     let mut held = Vec::new();
     let mut failed = Vec::new();
-    let mut complete = true;
+    let mut unfound = Vec::new();
+    let mut complete = checker.is_done();
     for property in checker.model().properties() {
         let found = checker.discovery(property.name);
         match (property.expectation, found) {
             (Expectation::Sometimes, Some(_)) => held.push(property.name),
-            (Expectation::Sometimes, None) => failed.push((
-                property.name,
-                "no reachable state shows this (the model may be too tight)".to_string(),
-            )),
+            (Expectation::Sometimes, None) => unfound.push(property.name),
             (_, None) => held.push(property.name),
             (_, Some(path)) => {
                 complete = false;
                 failed.push((property.name, trace(&path)));
             }
+        }
+    }
+    // A run stopped at a counterexample says nothing of what it did not reach.
+    let stopped = stop_at.is_some_and(|names| failed.iter().any(|(f, _)| names.contains(f)));
+    let mut unsettled = Vec::new();
+    for name in unfound {
+        if !stopped {
+            failed.push((
+                name,
+                "no reachable state shows this (the model may be too tight)".to_string(),
+            ));
+        } else {
+            unsettled.push(name);
         }
     }
     Report {
@@ -158,9 +180,10 @@ where
         generated: checker.state_count(),
         depth: checker.max_depth(),
         elapsed,
-        complete: complete && checker.is_done(),
+        complete,
         held,
         failed,
+        unsettled,
     }
 }
 
