@@ -412,4 +412,30 @@ mod tests {
             assert_eq!(waiting_shared_mode(&requests), want, "{waiting:?}");
         }
     }
+
+    #[test]
+    fn another_limit_is_refused_when_asked_so_the_queue_never_holds_two() {
+        use crate::lock::Barriers;
+        let waiters = Barriers {
+            waiters: true,
+            ..Barriers::NONE
+        };
+        // Held by a writer; a writer and a permit of 3 wait.
+        let mut holds = held(W, &[("w0", NOW + 1_000)]);
+        let requests = queue(&[("w", W), ("a", SEM3)]);
+        let waiting = waiting_shared_mode(&requests);
+        // (the request, refused?)
+        let cases = [(R, true), (SEM2, true), (SEM3, false), (W, false)];
+        for (mode, refused) in cases {
+            let before = holds.clone();
+            let got = holds.acquire(b"x", mode, 50, NOW, waiters, waiting, || 9);
+            let want = if refused {
+                Err(LockError::LimitMismatch)
+            } else {
+                Ok(crate::holds::Acquire::Busy)
+            };
+            assert_eq!(got, want, "{mode:?}");
+            assert_eq!(holds, before, "{mode:?} changes nothing");
+        }
+    }
 }

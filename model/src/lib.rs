@@ -2,7 +2,8 @@
 //!
 //! Each model is a small world — clients, one or more servers, a tick
 //! counter for time — whose server side calls the module's real core
-//! (`redislock_core::{lock, fence, queue, handoff}`), not a copy of it; the
+//! (`redislock_core::{lock, fence, queue, handoff, holds, shared_queue}`),
+//! not a copy of it; the
 //! server model also runs the module's sequencing,
 //! `redislock_core::orchestrate`, through its own `Host` (its state as the
 //! world: keys, timers, replies), the trait `src/ffi/waiting.rs` implements
