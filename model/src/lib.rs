@@ -114,21 +114,59 @@ pub fn run<M>(
     stop_at: Option<&[&'static str]>,
 ) -> Report
 where
-    M: Model + Send + Sync + 'static,
+    M: Model + Clone + Send + Sync + 'static,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let started = Instant::now();
     let threads = if stop_at.is_some() { 1 } else { threads };
+    let again = model.clone();
     let mut builder = model.checker().threads(threads);
     if let Some(names) = stop_at {
         builder = builder.finish_when(HasDiscoveries::AnyOf(
             names.iter().copied().collect::<BTreeSet<_>>(),
         ));
     }
-    match search {
+    let mut report = match search {
         Search::Bfs => report(label, builder.spawn_bfs().join(), started, stop_at),
         Search::Dfs => report(label, builder.spawn_dfs().join(), started, stop_at),
+    };
+    if let (Search::Bfs, Some(names)) = (search, stop_at) {
+        shorten(&mut report, &again, names);
+    }
+    report
+}
+
+/// Replaces the trace of each property in `names` that failed with a
+/// shortest one. (stateright's breadth-first search keeps the last
+/// discovery of a batch of states, which may be deeper than the first: this
+/// searches again one depth at a time, up to the depth already found.)
+fn shorten<M>(report: &mut Report, model: &M, names: &[&'static str])
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    for (name, found) in &mut report.failed {
+        if !names.contains(name) {
+            continue;
+        }
+        let steps = found.matches("-->").count();
+        // A state at depth d (the first is 1) is checked when the target
+        // is above d.
+        for depth in 2..=steps + 2 {
+            let checker = model
+                .clone()
+                .checker()
+                .target_max_depth(depth)
+                .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([*name])))
+                .spawn_bfs()
+                .join();
+            if let Some(path) = checker.discovery(name) {
+                *found = trace(&path);
+                break;
+            }
+        }
     }
 }
 
