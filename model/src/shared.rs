@@ -6,7 +6,8 @@
 //! reenters by acquiring again, renews, releases, or crashes holding: it
 //! stops renewing, and its hold ends with its lease (until then it may
 //! still believe it holds, as a hung client would). Leases end as time
-//! ticks; a parked client is granted or answered nil at its deadline.
+//! ticks; a parked client is granted or answered nil at its deadline. One
+//! bound makes a client another connection of another client's owner.
 //!
 //! The server side is the core's own code: `LOCK.ACQUIRE` is decided by
 //! [`Holds::acquire`] (with the waiters as a barrier and the waiting
@@ -310,14 +311,16 @@ impl SharedModel {
             .collect()
     }
 
-    /// What serving the queue now would answer, on a copy of the holds.
+    /// Whether serving the queue now would answer anyone (tried on a copy
+    /// of the holds).
     fn would_serve(&self, s: &State) -> bool {
         let mut holds = s.holds.clone();
         !shared_queue::serve(&mut holds, self.requests(s), s.now, || 0).is_empty()
             || !self.flawed_serve(s, &mut holds, || 0).is_empty()
     }
 
-    /// The extra grants a flaw in the queue rule makes, after the core's.
+    /// The grants a flaw in the queue rule makes where the core's rule
+    /// grants nobody.
     fn flawed_serve(
         &self,
         s: &State,
