@@ -60,6 +60,9 @@ pub struct Served<Id> {
 /// the queue. `issue_fence` is called once per fresh hold, in queue order.
 ///
 /// Only the prefix is read: `waiting` may be a lazy walk over a long queue.
+/// Holds whose lease has ended are dropped by the first fresh grant
+/// ([`Holds::begin`]) without a word: a caller that announces them (an
+/// expiry event, a hold-time sample) calls [`Holds::drop_ended`] first.
 pub fn serve<'a, Id>(
     holds: &mut Holds,
     waiting: impl IntoIterator<Item = Request<'a, Id>>,
