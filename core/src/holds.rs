@@ -37,7 +37,7 @@ impl Mode {
 
 /// One owner's hold, and when it began (for `held` in `LOCK.INFO` and the
 /// hold-time histogram).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Holder {
     pub owner: Vec<u8>,
     pub hold: Hold,
@@ -58,7 +58,7 @@ pub enum Acquire {
 
 /// A lock's holds: its mode while held, and the holders, oldest first.
 /// Empty means free; the mode of a free lock means nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Holds {
     mode: Mode,
     holders: Vec<Holder>,

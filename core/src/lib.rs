@@ -13,6 +13,7 @@
 //! | [`error`] | the one error enum and its reply texts |
 //! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes |
 //! | [`holds`] | holds of either mode: exclusive, or shared by owners up to a limit (read locks, semaphores) |
+//! | [`shared_queue`] | which waiting requests of either mode a lock grants now: from the head, shared ones together up to the limit, an exclusive one alone |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` |
 //! | [`queue`] | the FIFO of clients waiting on each lock |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |
@@ -36,4 +37,5 @@ pub mod orchestrate;
 pub mod partition;
 pub mod quarantine;
 pub mod queue;
+pub mod shared_queue;
 pub mod stats;

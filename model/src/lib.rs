@@ -2,7 +2,8 @@
 //!
 //! Each model is a small world — clients, one or more servers, a tick
 //! counter for time — whose server side calls the module's real core
-//! (`redislock_core::{lock, fence, queue, handoff}`), not a copy of it; the
+//! (`redislock_core::{lock, fence, queue, handoff, holds, shared_queue}`),
+//! not a copy of it; the
 //! server model also runs the module's sequencing,
 //! `redislock_core::orchestrate`, through its own `Host` (its state as the
 //! world: keys, timers, replies), the trait `src/ffi/waiting.rs` implements
@@ -14,6 +15,7 @@
 //! | [`server`] | one server: commands, waiters, leases, deletes, flushes, pauses |
 //! | [`failover`] | master, lagging replica, failover and restart, with and without the quarantine |
 //! | [`redlock`] | Redlock over 3 servers with crash and restart, with and without the FENCE round |
+//! | [`shared`] | one lock shared by readers, writers or a semaphore's permits, one queue for both modes, with each protection taken out in turn |
 //!
 //! [`run`] checks a model and reports what held and what did not, with a
 //! readable trace for every counterexample.
@@ -30,6 +32,7 @@ pub use Search::{Bfs, Dfs};
 pub mod failover;
 pub mod redlock;
 pub mod server;
+pub mod shared;
 
 /// What one run of the checker found.
 pub struct Report {
@@ -45,8 +48,11 @@ pub struct Report {
     /// `always` properties with no counterexample, `sometimes` with an example.
     pub held: Vec<&'static str>,
     /// Properties that failed, each with its trace: a counterexample to an
-    /// `always`, or (for a `sometimes`) no example found.
+    /// `always`, or (for a `sometimes`) no example found in a complete run.
     pub failed: Vec<(&'static str, String)>,
+    /// `sometimes` properties with no example in a run that stopped early
+    /// (at a counterexample it looked for): they were not settled.
+    pub unsettled: Vec<&'static str>,
 }
 
 impl Report {
@@ -70,6 +76,9 @@ impl Report {
         }
         for (name, _) in &self.failed {
             let _ = writeln!(out, "  FAILED: {name}");
+        }
+        for name in &self.unsettled {
+            let _ = writeln!(out, "  (no example before the run stopped): {name}");
         }
         out
     }
@@ -105,26 +114,69 @@ pub fn run<M>(
     stop_at: Option<&[&'static str]>,
 ) -> Report
 where
-    M: Model + Send + Sync + 'static,
+    M: Model + Clone + Send + Sync + 'static,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let started = Instant::now();
     let threads = if stop_at.is_some() { 1 } else { threads };
+    let again = model.clone();
     let mut builder = model.checker().threads(threads);
     if let Some(names) = stop_at {
         builder = builder.finish_when(HasDiscoveries::AnyOf(
             names.iter().copied().collect::<BTreeSet<_>>(),
         ));
     }
-    match search {
-        Search::Bfs => report(label, builder.spawn_bfs().join(), started),
-        Search::Dfs => report(label, builder.spawn_dfs().join(), started),
+    let mut report = match search {
+        Search::Bfs => report(label, builder.spawn_bfs().join(), started, stop_at),
+        Search::Dfs => report(label, builder.spawn_dfs().join(), started, stop_at),
+    };
+    if let (Search::Bfs, Some(names)) = (search, stop_at) {
+        shorten(&mut report, &again, names);
+    }
+    report
+}
+
+/// Replaces the trace of each property in `names` that failed with a
+/// shortest one. (stateright's breadth-first search keeps the last
+/// discovery of a batch of states, which may be deeper than the first: this
+/// searches again one depth at a time, up to the depth already found.)
+fn shorten<M>(report: &mut Report, model: &M, names: &[&'static str])
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    for (name, found) in &mut report.failed {
+        if !names.contains(name) {
+            continue;
+        }
+        let steps = found.matches("-->").count();
+        // A state at depth d (the first is 1) is checked when the target
+        // is above d.
+        for depth in 2..=steps + 2 {
+            let checker = model
+                .clone()
+                .checker()
+                .target_max_depth(depth)
+                .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([*name])))
+                .spawn_bfs()
+                .join();
+            if let Some(path) = checker.discovery(name) {
+                *found = trace(&path);
+                break;
+            }
+        }
     }
 }
 
-/// What a finished checker found.
-fn report<M, C>(label: &str, checker: C, started: Instant) -> Report
+/// What a finished checker found (`stop_at`: as given to [`run`]).
+fn report<M, C>(
+    label: &str,
+    checker: C,
+    started: Instant,
+    stop_at: Option<&[&'static str]>,
+) -> Report
 where
     M: Model,
     M::State: Clone + Debug + PartialEq,
@@ -134,20 +186,31 @@ where
     let elapsed = started.elapsed();
     let mut held = Vec::new();
     let mut failed = Vec::new();
-    let mut complete = true;
+    let mut unfound = Vec::new();
+    let mut complete = checker.is_done();
     for property in checker.model().properties() {
         let found = checker.discovery(property.name);
         match (property.expectation, found) {
             (Expectation::Sometimes, Some(_)) => held.push(property.name),
-            (Expectation::Sometimes, None) => failed.push((
-                property.name,
-                "no reachable state shows this (the model may be too tight)".to_string(),
-            )),
+            (Expectation::Sometimes, None) => unfound.push(property.name),
             (_, None) => held.push(property.name),
             (_, Some(path)) => {
                 complete = false;
                 failed.push((property.name, trace(&path)));
             }
+        }
+    }
+    // A run stopped at a counterexample says nothing of what it did not reach.
+    let stopped = stop_at.is_some_and(|names| failed.iter().any(|(f, _)| names.contains(f)));
+    let mut unsettled = Vec::new();
+    for name in unfound {
+        if !stopped {
+            failed.push((
+                name,
+                "no reachable state shows this (the model may be too tight)".to_string(),
+            ));
+        } else {
+            unsettled.push(name);
         }
     }
     Report {
@@ -156,9 +219,10 @@ where
         generated: checker.state_count(),
         depth: checker.max_depth(),
         elapsed,
-        complete: complete && checker.is_done(),
+        complete,
         held,
         failed,
+        unsettled,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use redislock_model::{failover, redlock, run, server, Report, Search};
+use redislock_model::{failover, redlock, run, server, shared, Report, Search};
 
 /// One check: its label, and the properties it must violate (a model run
 /// without the protection it is built to show).
@@ -117,6 +117,106 @@ fn checks() -> Vec<Check> {
                 )
             }),
             expect,
+        ));
+    }
+    for bounds in [
+        shared::Bounds::full(vec![
+            shared::Role::Reader,
+            shared::Role::Writer,
+            shared::Role::Reader,
+            shared::Role::Writer,
+        ]),
+        shared::Bounds {
+            horizon: 6,
+            commands: 2,
+            ..shared::Bounds::full(vec![
+                shared::Role::Permit,
+                shared::Role::Permit,
+                shared::Role::Writer,
+                shared::Role::Permit,
+            ])
+        },
+        shared::Bounds {
+            horizon: 6,
+            commands: 4,
+            ..shared::Bounds::full(vec![
+                shared::Role::Reader,
+                shared::Role::Writer,
+                shared::Role::Permit,
+            ])
+        },
+        shared::Bounds {
+            same_owner: Some((2, 1)),
+            horizon: 6,
+            commands: 4,
+            ..shared::Bounds::full(vec![
+                shared::Role::Reader,
+                shared::Role::Writer,
+                shared::Role::Reader,
+            ])
+        },
+    ] {
+        let name = format!("shared {bounds:?}");
+        let label = name.clone();
+        checks.push((
+            name,
+            Box::new(move |threads| {
+                run(
+                    &label,
+                    shared::SharedModel { bounds },
+                    Search::Dfs,
+                    threads,
+                    None,
+                )
+            }),
+            vec![],
+        ));
+    }
+    // Each protection taken out: breadth-first, stopped at the properties
+    // it protects.
+    let fifo = "no waiter is overtaken (first come, first served across modes)";
+    let writer_first = "no reader is granted before a writer that came earlier";
+    for (flaw, bounds, properties) in [
+        (
+            shared::Flaw::Barging,
+            shared::Bounds::readers_and_writer(),
+            vec![fifo, writer_first],
+        ),
+        (
+            shared::Flaw::ServePastTheHead,
+            shared::Bounds::readers_and_writer(),
+            vec![fifo, writer_first],
+        ),
+        (
+            shared::Flaw::IgnoreLimit,
+            shared::Bounds::semaphore(),
+            vec!["at most limit owners share a semaphore"],
+        ),
+        (
+            shared::Flaw::WriterBesideReaders,
+            shared::Bounds::readers_and_writer(),
+            vec!["no exclusive hold beside any other live hold"],
+        ),
+    ] {
+        let bounds = shared::Bounds {
+            flaw: Some(flaw),
+            ..bounds
+        };
+        let name = format!("shared {bounds:?}");
+        let label = name.clone();
+        let stop = properties.clone();
+        checks.push((
+            name,
+            Box::new(move |threads| {
+                run(
+                    &label,
+                    shared::SharedModel { bounds },
+                    Search::Bfs,
+                    threads,
+                    Some(&stop),
+                )
+            }),
+            properties,
         ));
     }
     checks

@@ -1,7 +1,7 @@
 //! The models at their quick bounds (`make test`): every property holds,
 //! and the counterexamples the models are built to show are found.
 
-use redislock_model::{failover, redlock, run, server, Report, Search};
+use redislock_model::{failover, redlock, run, server, shared, Report, Search};
 
 fn assert_all_held(report: &Report) {
     print!("{}", report.summary());
@@ -153,4 +153,117 @@ fn quarantine_lets_acquire_reenter_a_released_hold() {
         .expect("the checker finds the resurrected hold");
     println!("{trace}");
     assert!(trace.contains("quarantine"), "{trace}");
+}
+
+fn shared_model(label: &str, bounds: shared::Bounds) -> Report {
+    run(label, shared::SharedModel { bounds }, Search::Bfs, 2, None)
+}
+
+#[test]
+fn shared_holds_of_readers_and_a_writer_keep_every_guarantee() {
+    let report = shared_model(
+        "shared: readers and a writer",
+        shared::Bounds::readers_and_writer(),
+    );
+    assert_all_held(&report);
+}
+
+#[test]
+fn shared_permits_of_a_semaphore_keep_every_guarantee() {
+    let report = shared_model("shared: semaphore", shared::Bounds::semaphore());
+    assert_all_held(&report);
+}
+
+#[test]
+fn shared_readers_writers_and_permits_on_one_lock_keep_every_guarantee() {
+    let report = shared_model("shared: mixed", shared::Bounds::mixed());
+    assert_all_held(&report);
+}
+
+#[test]
+fn shared_holds_of_one_owner_on_two_connections_keep_every_guarantee() {
+    let report = shared_model("shared: same owner", shared::Bounds::same_owner());
+    assert_all_held(&report);
+}
+
+#[test]
+fn shared_permits_and_a_writer_keep_every_guarantee() {
+    let report = shared_model(
+        "shared: semaphore and a writer",
+        shared::Bounds::semaphore_and_writer(),
+    );
+    assert_all_held(&report);
+}
+
+/// Runs `bounds` with `flaw` until `property` fails, and returns the trace.
+fn shared_counterexample(
+    bounds: shared::Bounds,
+    flaw: shared::Flaw,
+    property: &'static str,
+) -> String {
+    let bounds = shared::Bounds {
+        flaw: Some(flaw),
+        ..bounds
+    };
+    let report = run(
+        &format!("shared with {flaw:?}"),
+        shared::SharedModel { bounds },
+        Search::Bfs,
+        1,
+        Some(&[property]),
+    );
+    print!("{}", report.summary());
+    let trace = report
+        .counterexample(property)
+        .unwrap_or_else(|| panic!("the checker finds a counterexample to {property:?}"))
+        .to_string();
+    println!("{trace}");
+    trace
+}
+
+/// A reader that asks while a writer waits, and is granted at once because
+/// the lock is held shared, overtakes the writer: with a steady stream of
+/// readers the writer never gets the lock.
+#[test]
+fn shared_without_the_waiters_barrier_a_reader_barges_past_a_writer() {
+    let trace = shared_counterexample(
+        shared::Bounds::readers_and_writer(),
+        shared::Flaw::Barging,
+        "no reader is granted before a writer that came earlier",
+    );
+    assert!(trace.contains("A READER OVERTOOK A WRITER"), "{trace}");
+}
+
+/// Serving readers from behind a writer at the head starves the writer the
+/// same way, from the queue.
+#[test]
+fn shared_served_past_the_head_a_queued_reader_overtakes_a_writer() {
+    let trace = shared_counterexample(
+        shared::Bounds::readers_and_writer(),
+        shared::Flaw::ServePastTheHead,
+        "no waiter is overtaken (first come, first served across modes)",
+    );
+    assert!(trace.contains("Serve"), "{trace}");
+}
+
+/// Granting permits as read holds lets more owners than the limit share.
+#[test]
+fn shared_without_the_limit_a_semaphore_is_oversold() {
+    let trace = shared_counterexample(
+        shared::Bounds::semaphore(),
+        shared::Flaw::IgnoreLimit,
+        "at most limit owners share a semaphore",
+    );
+    assert!(trace.contains("holds"), "{trace}");
+}
+
+/// A writer that waits only for other writers is granted beside readers.
+#[test]
+fn shared_a_writer_granted_beside_readers_breaks_exclusion() {
+    let trace = shared_counterexample(
+        shared::Bounds::readers_and_writer(),
+        shared::Flaw::WriterBesideReaders,
+        "no exclusive hold beside any other live hold",
+    );
+    assert!(trace.contains("Serve"), "{trace}");
 }
