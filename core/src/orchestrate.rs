@@ -38,6 +38,9 @@ pub enum Event {
     Release,
     Renew,
     Fence,
+    /// A release to zero that handed the lock, in place, to a waiter: the
+    /// release is announced, then the waiter's fresh hold; the key stays.
+    HandOver,
 }
 
 /// How a lock's key goes, and what the server is told. The host removes it
@@ -303,15 +306,40 @@ pub fn release<H: Host>(
     owner_active(host, target, owner);
     match remaining {
         Some(hold) => host.write(&mut key, owner, hold, Lease::Kept, Event::Release),
-        None => {
-            host.remove(&mut key, Removal::Released);
-            drop(key);
-            if let Some(name) = waiting_on(host, target) {
-                serve(host, &name, true);
-            }
-        }
+        None => match waiting_on(host, target) {
+            None => host.remove(&mut key, Removal::Released),
+            Some(name) => match grant_freed(host, &name, now) {
+                // The key goes straight from one holder to the next: it is
+                // never deleted, re-created or opened again, and replicas
+                // and the AOF get the one effect of the new hold.
+                Some(grant) => hand_over(host, &mut key, &name, grant, now, Event::HandOver),
+                None => {
+                    host.remove(&mut key, Removal::Released);
+                    drop(key);
+                    serve(host, &name, true);
+                }
+            },
+        },
     }
     Ok(remaining)
+}
+
+/// The grant of `name`, just freed by its holder's command, to its
+/// longest-waiting client, if the gates are open (else [`serve`] decides,
+/// once the key is gone).
+fn grant_freed<H: Host>(host: &mut H, name: &LockName, now: u64) -> Option<Grant<H::Handle>> {
+    if write_gate(host, true) != Gate::Open || host.quarantine_gate() != Gate::Open {
+        return None;
+    }
+    let cap = host.lease_cap();
+    match host.engine(|e| e.serve(name, Key::Free, now, Gate::Open, cap)) {
+        Serve::Grant(grant) => Some(grant),
+        Serve::Wait(timer) => {
+            arm(host, timer);
+            None
+        }
+        Serve::Deferred { .. } => None,
+    }
 }
 
 /// The name of a command's lock if clients wait on it (a free lock is then
@@ -525,17 +553,20 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
     match host.engine(|e| e.serve(name, seen, now, Gate::Open, cap)) {
         Serve::Wait(timer) => arm(host, timer),
         Serve::Deferred { .. } => {}
-        Serve::Grant(grant) => hand_over(host, &mut key, name, grant, now),
+        Serve::Grant(grant) => hand_over(host, &mut key, name, grant, now, Event::Acquire),
     }
 }
 
-/// Writes the lock for the granted client and answers it with its fence.
+/// Writes the lock for the granted client and answers it with its fence;
+/// `event` announces it ([`Event::HandOver`] when the key still holds the
+/// hold its owner just released).
 fn hand_over<H: Host>(
     host: &mut H,
     key: &mut H::Key,
     name: &LockName,
     grant: Grant<H::Handle>,
     now: u64,
+    event: Event,
 ) {
     let Grant {
         id,
@@ -556,7 +587,7 @@ fn hand_over<H: Host>(
         fence: host.issue_fence(now),
         expires_at: until,
     };
-    host.write(key, &owner, hold, Lease::Moved, Event::Acquire);
+    host.write(key, &owner, hold, Lease::Moved, event);
     stats::ACQUIRED.incr();
     stats::HANDOFFS.incr();
     let fence = hold.fence;

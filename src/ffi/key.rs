@@ -178,10 +178,14 @@ impl<'a> LockKey<'a> {
     /// if given, its lease end, also as the key's expiry. Replaces a value
     /// of another type.
     pub fn store(&mut self, owner: &[u8], count: u64, fence: u64, lease: Option<u64>) {
-        let lease = lease.unwrap_or(LEASE_UNKNOWN);
-        self.set_new(StoredLock::new_raw(owner, count, fence, lease));
-        if lease != LEASE_UNKNOWN {
-            self.set_expiry(lease);
+        let value = StoredLock::new_raw(owner, count, fence, lease.unwrap_or(LEASE_UNKNOWN));
+        match lease {
+            Some(at) => {
+                self.replace_or_set(value);
+                self.set_expiry(at);
+            }
+            // Without a lease the key has no TTL: setting a value clears it.
+            None => self.set_new(value),
         }
     }
 
@@ -195,7 +199,9 @@ impl<'a> LockKey<'a> {
             Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| l.owner() == owner) => unsafe {
                 (*current).set_hold(hold);
             },
-            _ => self.set_new(StoredLock::new_raw(
+            // A new owner (a fresh hold, a hand-off): a new value. Its lease
+            // moved, so the TTL is set below either way.
+            _ => self.replace_or_set(StoredLock::new_raw(
                 owner,
                 hold.count,
                 hold.fence,
@@ -292,6 +298,33 @@ impl<'a> LockKey<'a> {
             // SAFETY: Redis refused `value`, it is still ours.
             unsafe { StoredLock::free_raw(value) };
         }
+    }
+
+    /// Puts a new lock value in the key: over the lock already there by
+    /// swapping the value alone (`RedisModule_ModuleTypeReplaceValue`: the
+    /// key, its TTL and its place in the keyspace stay, no keyspace event),
+    /// else as [`LockKey::set_new`] does. The caller sets the TTL.
+    fn replace_or_set(&mut self, value: *mut std::os::raw::c_void) {
+        if value.is_null() {
+            return;
+        }
+        if matches!(self.value_ptr(), Ok(current) if !current.is_null()) {
+            let mut old = std::ptr::null_mut();
+            // SAFETY: the key is open for writing and holds a value of our
+            // type; on success Redis keeps `value` and hands back the old
+            // one, which nothing else references any more.
+            let status = unsafe {
+                raw::RedisModule_ModuleTypeReplaceValue.map_or(raw::Status::Err as c_int, |f| {
+                    f(self.key, raw_type(), value, &mut old)
+                })
+            };
+            if status == raw::Status::Ok as c_int {
+                // SAFETY: the value Redis gave back, made by `new_raw`.
+                unsafe { StoredLock::free_raw(old) };
+                return;
+            }
+        }
+        self.set_new(value);
     }
 
     /// Sets the key's absolute expiry (the lease end).

@@ -245,9 +245,12 @@ impl<'c> Host for Server<'c> {
         lease: Lease,
         event: Event,
     ) {
+        if event == Event::HandOver {
+            key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
+        }
         key.apply(owner, hold, lease);
         let event = match event {
-            Event::Acquire => c"lock.acquire",
+            Event::Acquire | Event::HandOver => c"lock.acquire",
             Event::Reenter => c"lock.reenter",
             Event::Release => c"lock.release",
             Event::Renew => c"lock.renew",
