@@ -23,11 +23,11 @@
 //! - A client that left is never granted; a grant whose reply the client
 //!   never got is taken back ([`Engine::gone`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
 use crate::lock;
-use crate::queue::{LockName, WaitQueues};
+use crate::queue::{IdMap, LockName, NameMap, NameSet, WaitQueues};
 
 /// The longest timer delay: 2^40 ms, as `ttl-ms` (a timer further away
 /// would overflow the server's timer arithmetic).
@@ -154,9 +154,9 @@ pub struct Engine<H> {
     queues: WaitQueues<Waiter<H>>,
     pending: Pending,
     /// The locks in `pending.serves`, for O(1) "already pending?".
-    pending_set: HashSet<LockName>,
+    pending_set: NameSet,
     /// The locks in `pending.ttl_fixes`, likewise.
-    fixes_set: HashSet<LockName>,
+    fixes_set: NameSet,
     /// A pump (post-notification job or 0 ms timer) is armed.
     pump_armed: bool,
     /// The pause retry timer is armed.
@@ -165,8 +165,8 @@ pub struct Engine<H> {
     /// fires, even when the lock's queue empties: the timer is still armed,
     /// so a client that parks behind the next holder needs no new one (a
     /// check that finds nobody waiting costs nothing).
-    lease_checks: HashMap<LockName, u64>,
-    in_flight: HashMap<u64, InFlight>,
+    lease_checks: NameMap<u64>,
+    in_flight: IdMap<InFlight>,
 }
 
 impl<H> Default for Engine<H> {
@@ -174,12 +174,12 @@ impl<H> Default for Engine<H> {
         Engine {
             queues: WaitQueues::default(),
             pending: Pending::default(),
-            pending_set: HashSet::new(),
-            fixes_set: HashSet::new(),
+            pending_set: NameSet::default(),
+            fixes_set: NameSet::default(),
             pump_armed: false,
             retry_armed: false,
-            lease_checks: HashMap::new(),
-            in_flight: HashMap::new(),
+            lease_checks: NameMap::default(),
+            in_flight: IdMap::default(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Opening a lock key, showing it to the core as a [`Lock`], writing decisions back, and
 //! sending each change to replicas and the AOF as an effect.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
@@ -30,6 +31,11 @@ pub struct LockKey<'a> {
     /// Opened by a client's command (not a timer): the command's own argv
     /// exists, so a change nobody listens to can be marked verbatim.
     in_command: bool,
+    /// The key's expiry once read (`None`: not read yet). Asking Redis is a
+    /// lookup in the expires table, and a command asks two or three times
+    /// (its clock, the lock's lease); only this key's own writes change it
+    /// while it is open, and they keep this up to date.
+    expiry: Cell<Option<Option<u64>>>,
 }
 
 /// The key's name: the caller's, or one the key keeps alive itself (the
@@ -89,6 +95,7 @@ impl<'a> LockKey<'a> {
             name,
             key,
             in_command,
+            expiry: Cell::new(None),
         }
     }
 
@@ -132,13 +139,19 @@ impl<'a> LockKey<'a> {
     /// The key's absolute expiry (unix ms), whatever its type; `None` if it
     /// has none or does not exist.
     pub fn expires_at(&self) -> Option<u64> {
-        if self.is_empty() {
-            // Redis 8 reads the value of the key without checking it exists.
-            return None;
+        if let Some(known) = self.expiry.get() {
+            return known;
         }
-        // SAFETY: `self.key` is an open key of this context.
-        let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
-        u64::try_from(at).ok()
+        let at = if self.is_empty() {
+            // Redis 8 reads the value of the key without checking it exists.
+            None
+        } else {
+            // SAFETY: `self.key` is an open key of this context.
+            let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
+            u64::try_from(at).ok()
+        };
+        self.expiry.set(Some(at));
+        at
     }
 
     /// The time to judge this key's lock by: now, but never past the key's
@@ -251,6 +264,7 @@ impl<'a> LockKey<'a> {
                 del(self.key);
             }
         }
+        self.expiry.set(Some(None));
         self.propagate(|ctx, rep| {
             // SAFETY: "s" takes one RedisModuleString: the live key name.
             unsafe { rep(ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name.inner()) };
@@ -294,6 +308,8 @@ impl<'a> LockKey<'a> {
                 f(self.key, raw_type(), value)
             })
         };
+        // Setting a value may drop the TTL: read it again if asked.
+        self.expiry.set(None);
         if status != raw::Status::Ok as c_int {
             // SAFETY: Redis refused `value`, it is still ours.
             unsafe { StoredLock::free_raw(value) };
@@ -331,11 +347,11 @@ impl<'a> LockKey<'a> {
     fn set_expiry(&self, at: u64) {
         let at = i64::try_from(at).unwrap_or(i64::MAX);
         // SAFETY: the key is open for writing and holds a value now.
-        unsafe {
-            if let Some(set) = raw::RedisModule_SetAbsExpire {
-                set(self.key, at);
-            }
-        }
+        let status = unsafe {
+            raw::RedisModule_SetAbsExpire.map_or(raw::Status::Err as c_int, |f| f(self.key, at))
+        };
+        let known = (status == raw::Status::Ok as c_int).then(|| u64::try_from(at).ok());
+        self.expiry.set(known);
     }
 
     /// Sends the master's decision: `LOCK.APPLY key owner count fence PXAT ms`.
