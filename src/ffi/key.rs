@@ -202,15 +202,33 @@ impl<'a> LockKey<'a> {
         }
     }
 
+    /// The short form of `LOCK.APPLY` (a renewal): the lock here keeps its
+    /// owner, count and fence, and its lease, and the key's TTL, move to
+    /// `lease`. Nothing to do without a lock (effects arrive in order, so the
+    /// renewed hold is here).
+    pub fn move_lease(&mut self, lease: u64) {
+        // SAFETY: the key's live value; `&mut self` makes this the only borrow.
+        if let Ok(Some(value)) = self.value_ptr().map(|v| unsafe { v.as_mut() }) {
+            value.lease = lease;
+            self.set_expiry(lease);
+        }
+    }
+
     /// Stores the core's decision for `owner` and replicates it as
-    /// `LOCK.APPLY`. [`Lease::Kept`] skips rewriting an unchanged TTL.
+    /// `LOCK.APPLY` (its short form when only the lease moved: a renewal).
+    /// [`Lease::Kept`] skips rewriting an unchanged TTL.
     pub fn apply(&mut self, owner: &[u8], hold: Hold, lease: Lease) {
+        let mut lease_only = false;
         match self.value_ptr() {
             // SAFETY: the key's live value; `&mut self` makes this the only
             // borrow of it. Same owner (reentry, release, renew): update the
             // numbers in place, no allocation.
             Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| l.owner() == owner) => unsafe {
-                (*current).set_hold(hold);
+                let stored = &mut *current;
+                lease_only = stored.count == hold.count
+                    && stored.fence == hold.fence
+                    && stored.lease != LEASE_UNKNOWN;
+                stored.set_hold(hold);
             },
             // A new owner (a fresh hold, a hand-off): a new value. Its lease
             // moved, so the TTL is set below either way.
@@ -224,7 +242,11 @@ impl<'a> LockKey<'a> {
         if lease == Lease::Moved {
             self.set_expiry(hold.expires_at);
         }
-        self.replicate_apply(owner, hold);
+        if lease_only && lease == Lease::Moved {
+            self.replicate_lease(hold.expires_at);
+        } else {
+            self.replicate_apply(owner, hold);
+        }
     }
 
     /// Records `lease` as the stored lease end of the lock here (a version 1
@@ -352,6 +374,25 @@ impl<'a> LockKey<'a> {
         };
         let known = (status == raw::Status::Ok as c_int).then(|| u64::try_from(at).ok());
         self.expiry.set(known);
+    }
+
+    /// Sends a renewal: `LOCK.APPLY key PXAT ms`, the lease alone (three
+    /// arguments, not six: each costs Redis an object and AOF formatting).
+    fn replicate_lease(&self, at: u64) {
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        self.propagate(|ctx, rep| {
+            // SAFETY: "scl": the live key name, a C string and a long long.
+            unsafe {
+                rep(
+                    ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"scl".as_ptr(),
+                    self.name.inner(),
+                    c"PXAT".as_ptr(),
+                    at,
+                );
+            }
+        });
     }
 
     /// Sends the master's decision: `LOCK.APPLY key owner count fence PXAT ms`.

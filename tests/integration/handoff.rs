@@ -145,7 +145,7 @@ fn another_client_right_after_the_release_sees_the_waiter_hold_the_lock() {
 }
 
 /// The commands of an AOF, in order (RESP arrays of bulk strings).
-fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+pub(crate) fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
     fn line<'a>(bytes: &'a [u8], at: &mut usize) -> &'a [u8] {
         let end = bytes[*at..]
             .windows(2)
@@ -182,6 +182,24 @@ fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
         commands.push(command);
     }
     commands
+}
+
+/// The commands of `server`'s incremental AOF files (after the base a
+/// rewrite wrote), in order.
+pub(crate) fn aof_incr_commands(server: &Server) -> Vec<Vec<Vec<u8>>> {
+    let dir = server.dir().join("appendonlydir");
+    let mut incr: Vec<_> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a dir entry").path())
+        .filter(|path| path.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    incr.sort();
+    assert!(!incr.is_empty(), "no .incr.aof in {}", dir.display());
+    let bytes: Vec<u8> = incr
+        .iter()
+        .flat_map(|path| fs::read(path).expect("read the AOF"))
+        .collect();
+    aof_commands(&bytes)
 }
 
 /// An AOF's commands as the units a replay applies whole: a `MULTI` …
@@ -234,19 +252,7 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
     );
 
     // appendfsync always: every reply's effects were in the file first.
-    let dir = server.dir().join("appendonlydir");
-    let mut incr: Vec<_> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("a dir entry").path())
-        .filter(|path| path.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    incr.sort();
-    assert!(!incr.is_empty(), "no .incr.aof in {}", dir.display());
-    let bytes: Vec<u8> = incr
-        .iter()
-        .flat_map(|path| fs::read(path).expect("read the AOF"))
-        .collect();
-    let units = aof_units(aof_commands(&bytes));
+    let units = aof_units(aof_incr_commands(&server));
 
     let about_k = |command: &Vec<Vec<u8>>| command.get(1).is_some_and(|key| key == b"k");
     let names = |unit: &[Vec<Vec<u8>>], who: &[u8]| {
