@@ -197,8 +197,11 @@ pub fn acquire<H: Host>(
     ttl_ms: u64,
     wait_ms: Option<u64>,
 ) -> Result<Acquired, LockError> {
-    if let Some(name) = waiting_on(host, target) {
-        serve(host, &name, true);
+    // The lock's name, made once and only if clients wait on it (serving
+    // them adds no one to its queue).
+    let waiting = waiting_on(host, target);
+    if let Some(name) = &waiting {
+        serve(host, name, true);
     }
     let mut key = host.open(target);
     let now = host.key_now(&key);
@@ -208,7 +211,10 @@ pub fn acquire<H: Host>(
         .map(|lock| lock.hold.expires_at);
     let free = holder_until.is_none();
     let barriers = Barriers {
-        waiters: free && waiting_on(host, target).is_some(),
+        waiters: free
+            && waiting
+                .as_ref()
+                .is_some_and(|name| host.engine(|e| e.has_waiters(name))),
         quarantined: host.quarantined(),
     };
     let had_value = current.is_some();
@@ -235,7 +241,7 @@ pub fn acquire<H: Host>(
         Acquire::Busy => match wait_ms {
             Some(timeout) if host.can_block() => {
                 drop(key);
-                let name = host.lock_name(target);
+                let name = waiting.unwrap_or_else(|| host.lock_name(target));
                 if !park(host, &name, owner, ttl_ms, timeout, holder_until) {
                     return Ok(Acquired::Nil);
                 }

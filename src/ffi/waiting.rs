@@ -636,9 +636,16 @@ extern "C" fn before_sleep_cb(
         if DEFERRED.with_borrow(Vec::is_empty) {
             return;
         }
-        for (_, client, fence) in DEFERRED.take() {
+        let mut grants = DEFERRED.take();
+        for (_, client, fence) in grants.drain(..) {
             client.unblock(Some(Outcome::Granted(fence)));
         }
+        // Its allocation serves the next grants.
+        DEFERRED.with_borrow_mut(|deferred| {
+            if deferred.is_empty() {
+                *deferred = grants;
+            }
+        });
         if !UNHOOK_ARMED.replace(true) {
             create_timer(ctx, UNHOOK_AFTER_MS, unhook_cb, ptr::null_mut());
         }
