@@ -290,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn errors_come_in_spec_order() {
+    fn errors_come_in_the_documented_order() {
         // (argument vector, expected error): each row breaks the rule of its
         // row and every later one, so only the earliest rule may answer.
         let table = [

@@ -290,15 +290,15 @@ fn increment(count: u64) -> Result<u64, LockError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const NOW: u64 = 1_700_000_000_000;
+    pub(crate) const NOW: u64 = 1_700_000_000_000;
     const SEM3: Mode = Mode::Shared { limit: Some(3) };
 
     /// Holds of `mode` by the given owners, each count 1 with the lease end
-    /// given, fences 1, 2, 3… in order.
-    fn held(mode: Mode, owners: &[(&str, u64)]) -> Holds {
+    /// given, fences 1, 2, 3… in order (the queue rule's tests use it too).
+    pub(crate) fn held(mode: Mode, owners: &[(&str, u64)]) -> Holds {
         let holders = owners
             .iter()
             .zip(1..)

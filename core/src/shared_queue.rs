@@ -120,9 +120,7 @@ fn reentry<Id>(holds: &mut Holds, request: &Request<'_, Id>, now_ms: u64) -> Ans
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holds::Holder;
-
-    const NOW: u64 = 1_700_000_000_000;
+    use crate::holds::tests::{held, NOW};
     const SEM2: Mode = Mode::Shared { limit: Some(2) };
     const SEM3: Mode = Mode::Shared { limit: Some(3) };
     const W: Mode = Mode::Exclusive;
@@ -130,25 +128,6 @@ mod tests {
 
     /// A queue as (owner, mode), oldest first.
     type Waiting = Vec<(&'static str, Mode)>;
-
-    /// Holds of `mode` by the given owners, count 1 each with the lease end
-    /// given, fences 1, 2, 3… in order.
-    fn held(mode: Mode, owners: &[(&str, u64)]) -> Holds {
-        let holders = owners
-            .iter()
-            .zip(1..)
-            .map(|(&(owner, until), fence)| Holder {
-                owner: owner.as_bytes().to_vec(),
-                hold: Hold {
-                    count: 1,
-                    fence,
-                    expires_at: until,
-                },
-                since: NOW - 100,
-            })
-            .collect();
-        Holds::from_parts(mode, holders)
-    }
 
     /// A queue of (owner, mode); each request's id is its owner's name.
     fn queue<'a>(requests: &'a [(&'a str, Mode)]) -> Vec<Request<'a, &'a str>> {

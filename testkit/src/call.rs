@@ -218,7 +218,7 @@ pub struct LockInfo {
 
 impl LockInfo {
     /// Reads the RESP2 field/value array or the RESP3 map by field name
-    /// (the spec allows more fields later).
+    /// (the command reference allows more fields later).
     pub fn from_reply(value: &Value) -> Result<LockInfo, String> {
         let pairs: Vec<(&Value, &Value)> = match value {
             Value::Array(items) if items.len() % 2 == 0 => {

@@ -1,5 +1,5 @@
 //! Every reply of the commands, the fencing rule
-//! (fencing), and the corner cases the spec decides: case-insensitive names
+//! (fencing), and the corner cases the command reference decides: case-insensitive names
 //! and `ALL`, binary-safe owners.
 
 use std::time::Duration;

@@ -383,7 +383,7 @@ struct TableEntry {
 }
 
 #[test]
-fn command_table_names_the_key_at_position_1_with_the_spec_flags() {
+fn command_table_names_the_key_at_position_1_with_the_documented_flags() {
     let server = Server::start();
     let mut c = server.conn();
     let entries = [

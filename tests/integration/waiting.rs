@@ -28,7 +28,7 @@ const SOON: Duration = Duration::from_secs(5);
 const A_WHILE: Duration = Duration::from_millis(200);
 
 /// How late after its due time a hand-off or a `WAIT` timeout may reply. The
-/// spec says "within a few milliseconds"; this is generous, not a benchmark.
+/// command reference says "within a few milliseconds"; this is generous, not a benchmark.
 const PROMPT_MS: i64 = 50;
 
 /// How a waiting client's `LOCK.ACQUIRE … WAIT` ended.
