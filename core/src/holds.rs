@@ -315,7 +315,8 @@ pub(crate) mod tests {
         Holds::from_parts(mode, holders)
     }
 
-    fn owners(holds: &Holds, now: u64) -> Vec<String> {
+    /// The live holders' names, oldest first (the queue rule's tests use it too).
+    pub(crate) fn owners(holds: &Holds, now: u64) -> Vec<String> {
         holds
             .live(now)
             .map(|h| String::from_utf8_lossy(&h.owner).into_owned())

@@ -120,7 +120,7 @@ fn reentry<Id>(holds: &mut Holds, request: &Request<'_, Id>, now_ms: u64) -> Ans
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holds::tests::{held, NOW};
+    use crate::holds::tests::{held, owners, NOW};
     const SEM2: Mode = Mode::Shared { limit: Some(2) };
     const SEM3: Mode = Mode::Shared { limit: Some(3) };
     const W: Mode = Mode::Exclusive;
@@ -163,13 +163,6 @@ mod tests {
             }
         }
         (ids, fences)
-    }
-
-    fn owners(holds: &Holds, now: u64) -> Vec<String> {
-        holds
-            .live(now)
-            .map(|h| String::from_utf8_lossy(&h.owner).into_owned())
-            .collect()
     }
 
     #[test]
