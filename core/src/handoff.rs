@@ -129,8 +129,8 @@ pub enum Gone<H> {
     /// It was waiting: here is its handle, to answer (or release) once.
     Waiting(Waiter<H>),
     /// It had been granted the lock but never got the reply: the grant is
-    /// queued to be taken back; `arm_pump` as for [`Engine::freed`].
-    Revoke { arm_pump: bool },
+    /// queued for the pump to take back, which the caller runs at once.
+    Revoke,
     /// Nothing of it here (already answered).
     Unknown,
 }
@@ -432,9 +432,7 @@ impl<H> Engine<H> {
         match self.in_flight.remove(&id) {
             Some(grant) => {
                 self.pending.revokes.push(grant);
-                Gone::Revoke {
-                    arm_pump: self.arm_pump(),
-                }
+                Gone::Revoke
             }
             None => Gone::Unknown,
         }
@@ -769,7 +767,7 @@ mod tests {
         };
         e.granted(g.id, record.clone());
         assert!(e.is_in_flight(1));
-        assert!(matches!(e.gone(1), Gone::Revoke { arm_pump: true }));
+        assert!(matches!(e.gone(1), Gone::Revoke));
         assert!(matches!(e.gone(1), Gone::Unknown));
         assert_eq!(e.take_pending().revokes, [record]);
     }
@@ -791,7 +789,7 @@ mod tests {
         // After it left: the queued revoke is dropped.
         let mut e: Engine<Handle> = Engine::default();
         e.granted(1, record("k", b"w1"));
-        assert!(matches!(e.gone(1), Gone::Revoke { .. }));
+        assert!(matches!(e.gone(1), Gone::Revoke));
         e.owner_active(&name("k"), b"someone-else");
         e.owner_active(&name("k"), b"w1");
         assert!(e.take_pending().revokes.is_empty());

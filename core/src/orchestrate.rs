@@ -409,7 +409,11 @@ pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
 }
 
 /// Client `id` disconnected (or was unblocked with an error): it leaves its
-/// queue, or the grant it never heard of is taken back at the next pump.
+/// queue, or the grant it never heard of is taken back, at once. (Left to a
+/// later pump, a command run before it — in the same turn of the event loop
+/// or the next, as timers come after clients — would see the lock held by a
+/// client already told it was unblocked.) A closed gate defers the taking
+/// back as it defers all the pump's work.
 pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
     match host.engine(|e| e.gone(id)) {
         Gone::Waiting(waiter) => {
@@ -417,11 +421,8 @@ pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
             host.reply_nil(id, waiter.handle, Nil::Left);
             Left::Waiting
         }
-        Gone::Revoke { arm_pump } => {
-            if arm_pump {
-                // Not from a command: a job would wait for the next one.
-                host.arm_pump(false);
-            }
+        Gone::Revoke => {
+            pump(host);
             Left::Revoked
         }
         Gone::Unknown => Left::Unknown,

@@ -644,7 +644,11 @@ extern "C" fn disconnect_cb(
         if let Some((client, _)) = take_deferred(id) {
             client.unblock(None);
         }
+        // The context is the leaving client's own: taking a grant back may
+        // select the lock's database on it, which it must not keep.
+        let db = selected_db(ctx);
         orchestrate::client_left(&mut Server::new(&Context::new(ctx)), id);
+        select_db(ctx, db);
     });
 }
 

@@ -244,6 +244,56 @@ fn a_hand_off_raced_by_unblock_or_kill_answers_once_with_io_threads() {
     race_rounds(true);
 }
 
+/// A grant bob never heard of is taken back before the next command runs:
+/// one `MULTI` releases `k` (handing it to bob), unblocks bob with `ERROR`,
+/// then reads `k`. Bob is told `UNBLOCKED`, so the read must find `k` free,
+/// on every server; it used to find bob holding it until a pump timer fired
+/// after the commands of the next turn of the event loop.
+#[test]
+fn a_grant_cut_by_unblock_error_is_gone_for_the_very_next_command() {
+    let server = Server::start();
+    let mut alice = server.conn();
+    for round in 0..20 {
+        let context = format!("round {round}");
+        let mut bob = server.conn();
+        let id = bob.int(&["CLIENT", "ID"]).to_string();
+        alice
+            .acquire("k", "alice", LONG)
+            .unwrap_or_else(|| panic!("{context}: k is not free at the start"));
+        let wait = wait_args("k", "bob", LONG, 0);
+        bob.send_packed_command(&redis::cmd(&wait[0]).arg(&wait[1..]).get_packed_command())
+            .expect("send bob's wait");
+        wait_until(&format!("{context}: bob waits"), SOON, || {
+            alice.lock_info("k").is_some_and(|info| info.waiters == 1)
+        });
+        let replies: Vec<Value> = redis::pipe()
+            .atomic()
+            .cmd("LOCK.RELEASE")
+            .arg(&["k", "alice"])
+            .cmd("CLIENT")
+            .arg(&["UNBLOCK", &id, "ERROR"])
+            .cmd("LOCK.INFO")
+            .arg("k")
+            .query(&mut alice)
+            .unwrap_or_else(|e| panic!("{context}: the MULTI failed: {e}"));
+        assert_eq!(replies[0], Value::Int(0), "{context}: LOCK.RELEASE");
+        assert_eq!(replies[1], Value::Int(1), "{context}: CLIENT UNBLOCK");
+        assert_eq!(
+            replies[2],
+            Value::Nil,
+            "{context}: k read in the same MULTI after bob was told UNBLOCKED"
+        );
+        let told = bob.recv_response();
+        assert!(
+            matches!(&told, Ok(Value::ServerError(e)) if e.code() == "UNBLOCKED"),
+            "{context}: bob's wait replied {told:?}"
+        );
+        assert_eq!(alice.lock_info("k"), None, "{context}: k after the MULTI");
+        let pong: String = redis::cmd("PING").query(&mut bob).expect("bob's PING");
+        assert_eq!(pong, "PONG", "{context}: bob's next reply");
+    }
+}
+
 /// A `CLIENT UNBLOCK` queued in a `MULTI` while bob still waits, whose `EXEC`
 /// runs in the same turn of the event loop as the release that hands `k` to
 /// bob (a `DEBUG SLEEP` on another connection gathers both into one turn).
