@@ -121,17 +121,25 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
     })
 }
 
-/// `LOCK.APPLY key owner count fence [PXAT unix-ms]` → OK. Internal: how a
-/// master's decision reaches replicas and the AOF. Refused from clients, so
-/// nobody can forge a lock or a fence with it.
+/// `LOCK.APPLY key owner count fence [PXAT unix-ms]` → OK, or the short
+/// form of a renewal, `LOCK.APPLY key PXAT unix-ms` (the hold keeps its
+/// owner, count and fence). Internal: how a master's decision reaches
+/// replicas and the AOF. Refused from clients, so nobody can forge a lock or
+/// a fence with it.
 pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.APPLY", input, |argv| {
         let flags = ctx.get_flags();
         if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
             return Err(LockError::InternalCommand);
         }
-        let req = args::parse_apply(argv)?;
         let key_name = input.key()?;
+        if let Some(lease) = args::parse_apply_lease(argv) {
+            let lease = lease?;
+            LockKey::open(ctx, &key_name, Access::Write).move_lease(lease);
+            ctx.replicate_verbatim();
+            return Ok(RedisValue::SimpleStringStatic("OK"));
+        }
+        let req = args::parse_apply(argv)?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
         key.store(req.owner, req.count, req.fence, req.expires_at);
         fence::observe(req.fence);

@@ -17,7 +17,8 @@
 //! fence, lease end) in one allocation; the lease is mirrored as the key's
 //! TTL and put back if another command changes it. Every change the master
 //! makes goes to replicas and the AOF as `LOCK.APPLY key owner count fence
-//! PXAT ms`, so they store the master's decision instead of deciding again
+//! PXAT ms` (a renewal, whose lease alone moves, as `LOCK.APPLY key PXAT
+//! ms`), so they store the master's decision instead of deciding again
 //! (and the fence counter, when an AOF rewrite would lose it, as
 //! `LOCK.LASTFENCE`).
 

@@ -183,6 +183,24 @@ pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockE
     })
 }
 
+/// The short form `LOCK.APPLY key PXAT unix-ms` (internal: a renewal): the
+/// hold in `key` keeps its owner, count and fence, and its lease moves to
+/// `unix-ms`. `None` for any other shape, which [`parse_apply`] reads (the
+/// full form has at least four arguments after the name, this one three).
+pub fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockError>> {
+    let [_, _, word, at] = args else {
+        return None;
+    };
+    if !is_word(word, "PXAT") {
+        return None;
+    }
+    Some(
+        parse_int(at)
+            .filter(|&n| n >= 1)
+            .ok_or(LockError::BadNumber),
+    )
+}
+
 /// `LOCK.LASTFENCE fence` (internal: the AOF after a rewrite, replication)
 /// → the fence counter to observe, `1..=2^63-1`.
 pub fn parse_last_fence<A: AsRef<[u8]>>(args: &[A]) -> Result<u64, LockError> {
@@ -490,6 +508,12 @@ mod tests {
             Ok(None)
         );
         assert_eq!(parse_apply(&v("x k o 2")), Err(WrongArity));
+        // The short form of a renewal, and shapes that are not it.
+        assert_eq!(parse_apply_lease(&v("x k PXAT 1234")), Some(Ok(1234)));
+        assert_eq!(parse_apply_lease(&v("x k pxat 1234")), Some(Ok(1234)));
+        assert_eq!(parse_apply_lease(&v("x k PXAT 0")), Some(Err(BadNumber)));
+        assert_eq!(parse_apply_lease(&v("x k o 2")), None);
+        assert_eq!(parse_apply_lease(&v("x k o 2 99 PXAT 1234")), None);
         assert_eq!(parse_apply(&v("x k o 2 99 PX 5")), Err(Syntax));
         assert_eq!(parse_apply(&v("x k o 0 99")), Err(BadNumber));
         assert_eq!(parse_apply(&v("x k o 1 -1")), Err(BadNumber));

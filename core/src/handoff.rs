@@ -23,11 +23,11 @@
 //! - A client that left is never granted; a grant whose reply the client
 //!   never got is taken back ([`Engine::gone`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
 use crate::lock;
-use crate::queue::{LockName, WaitQueues};
+use crate::queue::{IdMap, LockName, NameMap, NameSet, WaitQueues};
 
 /// The longest timer delay: 2^40 ms, as `ttl-ms` (a timer further away
 /// would overflow the server's timer arithmetic).
@@ -154,9 +154,9 @@ pub struct Engine<H> {
     queues: WaitQueues<Waiter<H>>,
     pending: Pending,
     /// The locks in `pending.serves`, for O(1) "already pending?".
-    pending_set: HashSet<LockName>,
+    pending_set: NameSet,
     /// The locks in `pending.ttl_fixes`, likewise.
-    fixes_set: HashSet<LockName>,
+    fixes_set: NameSet,
     /// A pump (post-notification job or 0 ms timer) is armed.
     pump_armed: bool,
     /// The pause retry timer is armed.
@@ -165,8 +165,8 @@ pub struct Engine<H> {
     /// fires, even when the lock's queue empties: the timer is still armed,
     /// so a client that parks behind the next holder needs no new one (a
     /// check that finds nobody waiting costs nothing).
-    lease_checks: HashMap<LockName, u64>,
-    in_flight: HashMap<u64, InFlight>,
+    lease_checks: NameMap<u64>,
+    in_flight: IdMap<InFlight>,
 }
 
 impl<H> Default for Engine<H> {
@@ -174,12 +174,12 @@ impl<H> Default for Engine<H> {
         Engine {
             queues: WaitQueues::default(),
             pending: Pending::default(),
-            pending_set: HashSet::new(),
-            fixes_set: HashSet::new(),
+            pending_set: NameSet::default(),
+            fixes_set: NameSet::default(),
             pump_armed: false,
             retry_armed: false,
-            lease_checks: HashMap::new(),
-            in_flight: HashMap::new(),
+            lease_checks: NameMap::default(),
+            in_flight: IdMap::default(),
         }
     }
 }
@@ -439,11 +439,11 @@ impl<H> Engine<H> {
     }
 
     /// `name` left this node (cluster slot migration): every waiter, to be
-    /// answered with a redirection.
-    pub fn drain(&mut self, name: &LockName) -> Vec<Waiter<H>> {
+    /// answered with a redirection: (client id, waiter), in order.
+    pub fn drain(&mut self, name: &LockName) -> Vec<(u64, Waiter<H>)> {
         let mut out = Vec::new();
-        while let Some((_, waiter)) = self.queues.pop(name) {
-            out.push(waiter);
+        while let Some(entry) = self.queues.pop(name) {
+            out.push(entry);
         }
         out
     }
@@ -478,6 +478,73 @@ impl<H> Engine<H> {
 
     fn arm_pump(&mut self) -> bool {
         !std::mem::replace(&mut self.pump_armed, true)
+    }
+}
+
+/// Every waiting client's `WAIT` deadline, ordered by time, behind as few
+/// server timers as possible: a server timer costs several thousand
+/// instructions to create and to stop (its radix tree is keyed by the
+/// microsecond it fires), and a client that waits again and again would
+/// create and stop one per wait. Here a deadline costs an ordered-set insert
+/// and remove; a server timer is armed only when a deadline comes earlier
+/// than every timer armed, and each timer that fires arms the next.
+#[derive(Debug, Default, Clone)]
+pub struct Deadlines {
+    /// (deadline, client id) of every client with a deadline.
+    by_time: BTreeSet<(u64, u64)>,
+    /// When each armed server timer fires (unix ms).
+    armed: BTreeSet<u64>,
+}
+
+impl Deadlines {
+    /// Client `id` gives up at `at`. `Some(delay_ms)`: arm a server timer
+    /// with that delay (no armed timer fires by `at`).
+    pub fn add(&mut self, id: u64, at: u64, now: u64) -> Option<u64> {
+        self.by_time.insert((at, id));
+        self.arm_for(at, now)
+    }
+
+    /// Client `id`, whose deadline was `at`, stopped waiting otherwise. Its
+    /// timer, if it armed one, stays: it finds nothing and arms the next.
+    pub fn remove(&mut self, id: u64, at: u64) {
+        self.by_time.remove(&(at, id));
+    }
+
+    /// The server timer armed for `fired` fired at `now`: the clients whose
+    /// deadline has passed (in deadline order, now forgotten here), and the
+    /// delay of the timer to arm for the next deadline, if none is armed
+    /// early enough.
+    pub fn fired(&mut self, fired: u64, now: u64) -> (Vec<u64>, Option<u64>) {
+        self.armed.remove(&fired);
+        let mut due = Vec::new();
+        while let Some(&(at, id)) = self.by_time.first() {
+            if at > now {
+                break;
+            }
+            self.by_time.pop_first();
+            due.push(id);
+        }
+        let earliest = self.by_time.first().map(|&(at, _)| at);
+        let next = earliest.and_then(|at| self.arm_for(at, now));
+        (due, next)
+    }
+
+    /// How many clients have a deadline.
+    pub fn len(&self) -> usize {
+        self.by_time.len()
+    }
+
+    /// Whether no client has a deadline.
+    pub fn is_empty(&self) -> bool {
+        self.by_time.is_empty()
+    }
+
+    fn arm_for(&mut self, at: u64, now: u64) -> Option<u64> {
+        if self.armed.first().is_some_and(|&first| first <= at) {
+            return None;
+        }
+        self.armed.insert(at);
+        Some(at.saturating_sub(now).min(MAX_DELAY_MS))
     }
 }
 
@@ -829,8 +896,58 @@ mod tests {
         park(&mut e, "k", 1);
         park(&mut e, "k", 2);
         park(&mut e, "other", 3);
-        let ids: Vec<Handle> = e.drain(&name("k")).into_iter().map(|w| w.handle).collect();
-        assert_eq!(ids, [Handle(1), Handle(2)]);
+        let ids: Vec<(u64, Handle)> = e
+            .drain(&name("k"))
+            .into_iter()
+            .map(|(id, w)| (id, w.handle))
+            .collect();
+        assert_eq!(ids, [(1, Handle(1)), (2, Handle(2))]);
         assert_eq!(e.total_waiting(), 1);
+    }
+
+    #[test]
+    fn deadlines_share_the_earliest_timer() {
+        let mut d = Deadlines::default();
+        // The first deadline arms a timer; later ones ride on it.
+        assert_eq!(d.add(1, NOW + 100, NOW), Some(100));
+        assert_eq!(d.add(2, NOW + 300, NOW), None);
+        // An earlier one arms its own.
+        assert_eq!(d.add(3, NOW + 50, NOW), Some(50));
+        // A client granted before its deadline leaves the set.
+        d.remove(3, NOW + 50);
+        // Its timer fires, finds nobody due, and the +100 timer is still armed.
+        assert_eq!(d.fired(NOW + 50, NOW + 50), (vec![], None));
+        // The +100 timer: client 1 is due; the next timer is for client 2.
+        assert_eq!(d.fired(NOW + 100, NOW + 100), (vec![1], Some(200)));
+        assert_eq!(d.len(), 1);
+    }
+
+    #[test]
+    fn a_timer_answers_every_deadline_passed_in_order() {
+        let mut d = Deadlines::default();
+        assert_eq!(d.add(9, NOW + 10, NOW), Some(10));
+        assert_eq!(d.add(4, NOW + 10, NOW), None);
+        assert_eq!(d.add(7, NOW + 5, NOW), Some(5));
+        // The server was busy: both timers are late, the first answers all.
+        assert_eq!(d.fired(NOW + 5, NOW + 12), (vec![7, 4, 9], None));
+        assert_eq!(d.fired(NOW + 10, NOW + 12), (vec![], None));
+        assert!(d.is_empty());
+        // Nothing armed any more: the next deadline arms again.
+        assert_eq!(d.add(1, NOW + 40, NOW + 12), Some(28));
+    }
+
+    #[test]
+    fn a_client_waiting_again_and_again_arms_one_timer() {
+        let mut d = Deadlines::default();
+        let mut armed = 0;
+        for round in 0..1_000u64 {
+            let now = NOW + round;
+            armed += usize::from(d.add(1, now + 30_000, now).is_some());
+            d.remove(1, now + 30_000);
+        }
+        assert_eq!(armed, 1);
+        // When it fires with nobody due, nothing is armed until someone waits.
+        assert_eq!(d.fired(NOW + 30_000, NOW + 30_000), (vec![], None));
+        assert_eq!(d.add(2, NOW + 40_000, NOW + 30_000), Some(10_000));
     }
 }

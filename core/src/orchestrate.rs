@@ -38,6 +38,9 @@ pub enum Event {
     Release,
     Renew,
     Fence,
+    /// A release to zero that handed the lock, in place, to a waiter: the
+    /// release is announced, then the waiter's fresh hold; the key stays.
+    HandOver,
 }
 
 /// How a lock's key goes, and what the server is told. The host removes it
@@ -194,8 +197,11 @@ pub fn acquire<H: Host>(
     ttl_ms: u64,
     wait_ms: Option<u64>,
 ) -> Result<Acquired, LockError> {
-    if let Some(name) = waiting_on(host, target) {
-        serve(host, &name, true);
+    // The lock's name, made once and only if clients wait on it (serving
+    // them adds no one to its queue).
+    let waiting = waiting_on(host, target);
+    if let Some(name) = &waiting {
+        serve(host, name, true);
     }
     let mut key = host.open(target);
     let now = host.key_now(&key);
@@ -205,7 +211,10 @@ pub fn acquire<H: Host>(
         .map(|lock| lock.hold.expires_at);
     let free = holder_until.is_none();
     let barriers = Barriers {
-        waiters: free && waiting_on(host, target).is_some(),
+        waiters: free
+            && waiting
+                .as_ref()
+                .is_some_and(|name| host.engine(|e| e.has_waiters(name))),
         quarantined: host.quarantined(),
     };
     let had_value = current.is_some();
@@ -232,7 +241,7 @@ pub fn acquire<H: Host>(
         Acquire::Busy => match wait_ms {
             Some(timeout) if host.can_block() => {
                 drop(key);
-                let name = host.lock_name(target);
+                let name = waiting.unwrap_or_else(|| host.lock_name(target));
                 if !park(host, &name, owner, ttl_ms, timeout, holder_until) {
                     return Ok(Acquired::Nil);
                 }
@@ -303,15 +312,40 @@ pub fn release<H: Host>(
     owner_active(host, target, owner);
     match remaining {
         Some(hold) => host.write(&mut key, owner, hold, Lease::Kept, Event::Release),
-        None => {
-            host.remove(&mut key, Removal::Released);
-            drop(key);
-            if let Some(name) = waiting_on(host, target) {
-                serve(host, &name, true);
-            }
-        }
+        None => match waiting_on(host, target) {
+            None => host.remove(&mut key, Removal::Released),
+            Some(name) => match grant_freed(host, &name, now) {
+                // The key goes straight from one holder to the next: it is
+                // never deleted, re-created or opened again, and replicas
+                // and the AOF get the one effect of the new hold.
+                Some(grant) => hand_over(host, &mut key, &name, grant, now, Event::HandOver),
+                None => {
+                    host.remove(&mut key, Removal::Released);
+                    drop(key);
+                    serve(host, &name, true);
+                }
+            },
+        },
     }
     Ok(remaining)
+}
+
+/// The grant of `name`, just freed by its holder's command, to its
+/// longest-waiting client, if the gates are open (else [`serve`] decides,
+/// once the key is gone).
+fn grant_freed<H: Host>(host: &mut H, name: &LockName, now: u64) -> Option<Grant<H::Handle>> {
+    if write_gate(host, true) != Gate::Open || host.quarantine_gate() != Gate::Open {
+        return None;
+    }
+    let cap = host.lease_cap();
+    match host.engine(|e| e.serve(name, Key::Free, now, Gate::Open, cap)) {
+        Serve::Grant(grant) => Some(grant),
+        Serve::Wait(timer) => {
+            arm(host, timer);
+            None
+        }
+        Serve::Deferred { .. } => None,
+    }
 }
 
 /// The name of a command's lock if clients wait on it (a free lock is then
@@ -526,17 +560,20 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
     match host.engine(|e| e.serve(name, seen, now, Gate::Open, cap)) {
         Serve::Wait(timer) => arm(host, timer),
         Serve::Deferred { .. } => {}
-        Serve::Grant(grant) => hand_over(host, &mut key, name, grant, now),
+        Serve::Grant(grant) => hand_over(host, &mut key, name, grant, now, Event::Acquire),
     }
 }
 
-/// Writes the lock for the granted client and answers it with its fence.
+/// Writes the lock for the granted client and answers it with its fence;
+/// `event` announces it ([`Event::HandOver`] when the key still holds the
+/// hold its owner just released).
 fn hand_over<H: Host>(
     host: &mut H,
     key: &mut H::Key,
     name: &LockName,
     grant: Grant<H::Handle>,
     now: u64,
+    event: Event,
 ) {
     let Grant {
         id,
@@ -557,7 +594,7 @@ fn hand_over<H: Host>(
         fence: host.issue_fence(now),
         expires_at: until,
     };
-    host.write(key, &owner, hold, Lease::Moved, Event::Acquire);
+    host.write(key, &owner, hold, Lease::Moved, event);
     stats::ACQUIRED.incr();
     stats::HANDOFFS.incr();
     let fence = hold.fence;

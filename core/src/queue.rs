@@ -6,22 +6,114 @@
 //! and its slot in the order becomes a tombstone that `pop` skips, so serving
 //! the next waiter costs the same with 10 or 10,000 waiters.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::cmp::Ordering;
+use std::collections::hash_map::{Entry, RandomState};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::sync::OnceLock;
 
 /// A lock's identity: database index and key name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Its hash is computed once, when the name is made, with the standard
+/// library's keyed SipHash: key names come from clients, so a map keyed by
+/// them must not let a client choose names that collide. The engine's maps
+/// ([`NameMap`], [`NameSet`]) then use that hash as it is, so the dozen
+/// lookups of a hand-off hash no bytes again.
+#[derive(Debug, Clone)]
 pub struct LockName {
     pub db: i32,
     pub key: Vec<u8>,
+    hash: u64,
 }
 
 impl LockName {
     pub fn new(db: i32, key: &[u8]) -> LockName {
+        static KEYS: OnceLock<RandomState> = OnceLock::new();
+        let hash = KEYS.get_or_init(RandomState::new).hash_one((db, key));
         LockName {
             db,
             key: key.to_vec(),
+            hash,
+        }
+    }
+}
+
+// Equal and ordered by database and key alone (the hash follows from them).
+impl PartialEq for LockName {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.db == other.db && self.key == other.key
+    }
+}
+
+impl Eq for LockName {}
+
+impl PartialOrd for LockName {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LockName {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.db, &self.key).cmp(&(other.db, &other.key))
+    }
+}
+
+impl Hash for LockName {
+    fn hash<S: Hasher>(&self, state: &mut S) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// A map keyed by lock name, hashing with the name's own keyed hash.
+pub type NameMap<V> = HashMap<LockName, V, BuildHasherDefault<Prehashed>>;
+/// A set of lock names, likewise.
+pub type NameSet = HashSet<LockName, BuildHasherDefault<Prehashed>>;
+/// A map keyed by client id. Ids are handed out by the server in sequence,
+/// not chosen by clients, so a multiplicative hash (which maps consecutive
+/// ids to distinct buckets) is safe here, and much cheaper than SipHash.
+pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
+/// The hasher of [`NameMap`]: passes on the hash [`LockName`] carries.
+#[derive(Default)]
+pub struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    /// Not reached by [`LockName`]; mixes anything else in (FNV-1a).
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// The hasher of [`IdMap`].
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Odd: a bijection on the low bits (the bucket), mixing into the
+        // high bits (the map's tag).
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    /// Not reached by `u64` keys; mixes anything else in.
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
         }
     }
 }
@@ -29,8 +121,8 @@ impl LockName {
 /// All queues, and every waiter's payload `T`.
 #[derive(Clone)]
 pub struct WaitQueues<T> {
-    queues: HashMap<LockName, Queue>,
-    waiters: HashMap<u64, Waiter<T>>,
+    queues: NameMap<Queue>,
+    waiters: IdMap<Waiter<T>>,
     /// Tells a waiter's current entry from a tombstone of an earlier wait by
     /// the same client on the same lock.
     next_seq: u64,
@@ -54,8 +146,8 @@ struct Waiter<T> {
 impl<T> Default for WaitQueues<T> {
     fn default() -> Self {
         WaitQueues {
-            queues: HashMap::new(),
-            waiters: HashMap::new(),
+            queues: NameMap::default(),
+            waiters: IdMap::default(),
             next_seq: 0,
         }
     }
@@ -288,5 +380,26 @@ mod tests {
             queue.order.len()
         );
         assert_eq!(q.pop(&name("k")).map(|w| w.0), Some(0));
+    }
+
+    #[test]
+    fn names_are_equal_hashed_and_ordered_by_database_and_key() {
+        let build = BuildHasherDefault::<Prehashed>::default();
+        let (a, b) = (LockName::new(0, b"k"), LockName::new(0, b"k"));
+        assert_eq!(a, b);
+        assert_eq!(build.hash_one(&a), build.hash_one(&b));
+        assert_ne!(a, LockName::new(1, b"k"));
+        assert_ne!(a, LockName::new(0, b"j"));
+        assert!(LockName::new(0, b"b") < LockName::new(1, b"a"));
+        assert!(LockName::new(0, b"a") < LockName::new(0, b"b"));
+    }
+
+    #[test]
+    fn consecutive_client_ids_land_in_distinct_buckets() {
+        let build = BuildHasherDefault::<IdHasher>::default();
+        let buckets: HashSet<u64> = (1_000..1_256u64)
+            .map(|id| build.hash_one(id) & 255)
+            .collect();
+        assert_eq!(buckets.len(), 256);
     }
 }

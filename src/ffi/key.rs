@@ -1,6 +1,7 @@
 //! Opening a lock key, showing it to the core as a [`Lock`], writing decisions back, and
 //! sending each change to replicas and the AOF as an effect.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
@@ -30,6 +31,11 @@ pub struct LockKey<'a> {
     /// Opened by a client's command (not a timer): the command's own argv
     /// exists, so a change nobody listens to can be marked verbatim.
     in_command: bool,
+    /// The key's expiry once read (`None`: not read yet). Asking Redis is a
+    /// lookup in the expires table, and a command asks two or three times
+    /// (its clock, the lock's lease); only this key's own writes change it
+    /// while it is open, and they keep this up to date.
+    expiry: Cell<Option<Option<u64>>>,
 }
 
 /// The key's name: the caller's, or one the key keeps alive itself (the
@@ -89,6 +95,7 @@ impl<'a> LockKey<'a> {
             name,
             key,
             in_command,
+            expiry: Cell::new(None),
         }
     }
 
@@ -132,13 +139,19 @@ impl<'a> LockKey<'a> {
     /// The key's absolute expiry (unix ms), whatever its type; `None` if it
     /// has none or does not exist.
     pub fn expires_at(&self) -> Option<u64> {
-        if self.is_empty() {
-            // Redis 8 reads the value of the key without checking it exists.
-            return None;
+        if let Some(known) = self.expiry.get() {
+            return known;
         }
-        // SAFETY: `self.key` is an open key of this context.
-        let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
-        u64::try_from(at).ok()
+        let at = if self.is_empty() {
+            // Redis 8 reads the value of the key without checking it exists.
+            None
+        } else {
+            // SAFETY: `self.key` is an open key of this context.
+            let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
+            u64::try_from(at).ok()
+        };
+        self.expiry.set(Some(at));
+        at
     }
 
     /// The time to judge this key's lock by: now, but never past the key's
@@ -178,24 +191,48 @@ impl<'a> LockKey<'a> {
     /// if given, its lease end, also as the key's expiry. Replaces a value
     /// of another type.
     pub fn store(&mut self, owner: &[u8], count: u64, fence: u64, lease: Option<u64>) {
-        let lease = lease.unwrap_or(LEASE_UNKNOWN);
-        self.set_new(StoredLock::new_raw(owner, count, fence, lease));
-        if lease != LEASE_UNKNOWN {
+        let value = StoredLock::new_raw(owner, count, fence, lease.unwrap_or(LEASE_UNKNOWN));
+        match lease {
+            Some(at) => {
+                self.replace_or_set(value);
+                self.set_expiry(at);
+            }
+            // Without a lease the key has no TTL: setting a value clears it.
+            None => self.set_new(value),
+        }
+    }
+
+    /// The short form of `LOCK.APPLY` (a renewal): the lock here keeps its
+    /// owner, count and fence, and its lease, and the key's TTL, move to
+    /// `lease`. Nothing to do without a lock (effects arrive in order, so the
+    /// renewed hold is here).
+    pub fn move_lease(&mut self, lease: u64) {
+        // SAFETY: the key's live value; `&mut self` makes this the only borrow.
+        if let Ok(Some(value)) = self.value_ptr().map(|v| unsafe { v.as_mut() }) {
+            value.lease = lease;
             self.set_expiry(lease);
         }
     }
 
     /// Stores the core's decision for `owner` and replicates it as
-    /// `LOCK.APPLY`. [`Lease::Kept`] skips rewriting an unchanged TTL.
+    /// `LOCK.APPLY` (its short form when only the lease moved: a renewal).
+    /// [`Lease::Kept`] skips rewriting an unchanged TTL.
     pub fn apply(&mut self, owner: &[u8], hold: Hold, lease: Lease) {
+        let mut lease_only = false;
         match self.value_ptr() {
             // SAFETY: the key's live value; `&mut self` makes this the only
             // borrow of it. Same owner (reentry, release, renew): update the
             // numbers in place, no allocation.
             Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| l.owner() == owner) => unsafe {
-                (*current).set_hold(hold);
+                let stored = &mut *current;
+                lease_only = stored.count == hold.count
+                    && stored.fence == hold.fence
+                    && stored.lease != LEASE_UNKNOWN;
+                stored.set_hold(hold);
             },
-            _ => self.set_new(StoredLock::new_raw(
+            // A new owner (a fresh hold, a hand-off): a new value. Its lease
+            // moved, so the TTL is set below either way.
+            _ => self.replace_or_set(StoredLock::new_raw(
                 owner,
                 hold.count,
                 hold.fence,
@@ -205,7 +242,11 @@ impl<'a> LockKey<'a> {
         if lease == Lease::Moved {
             self.set_expiry(hold.expires_at);
         }
-        self.replicate_apply(owner, hold);
+        if lease_only && lease == Lease::Moved {
+            self.replicate_lease(hold.expires_at);
+        } else {
+            self.replicate_apply(owner, hold);
+        }
     }
 
     /// Records `lease` as the stored lease end of the lock here (a version 1
@@ -245,6 +286,7 @@ impl<'a> LockKey<'a> {
                 del(self.key);
             }
         }
+        self.expiry.set(Some(None));
         self.propagate(|ctx, rep| {
             // SAFETY: "s" takes one RedisModuleString: the live key name.
             unsafe { rep(ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name.inner()) };
@@ -288,21 +330,69 @@ impl<'a> LockKey<'a> {
                 f(self.key, raw_type(), value)
             })
         };
+        // Setting a value may drop the TTL: read it again if asked.
+        self.expiry.set(None);
         if status != raw::Status::Ok as c_int {
             // SAFETY: Redis refused `value`, it is still ours.
             unsafe { StoredLock::free_raw(value) };
         }
     }
 
+    /// Puts a new lock value in the key: over the lock already there by
+    /// swapping the value alone (`RedisModule_ModuleTypeReplaceValue`: the
+    /// key, its TTL and its place in the keyspace stay, no keyspace event),
+    /// else as [`LockKey::set_new`] does. The caller sets the TTL.
+    fn replace_or_set(&mut self, value: *mut std::os::raw::c_void) {
+        if value.is_null() {
+            return;
+        }
+        if matches!(self.value_ptr(), Ok(current) if !current.is_null()) {
+            let mut old = std::ptr::null_mut();
+            // SAFETY: the key is open for writing and holds a value of our
+            // type; on success Redis keeps `value` and hands back the old
+            // one, which nothing else references any more.
+            let status = unsafe {
+                raw::RedisModule_ModuleTypeReplaceValue.map_or(raw::Status::Err as c_int, |f| {
+                    f(self.key, raw_type(), value, &mut old)
+                })
+            };
+            if status == raw::Status::Ok as c_int {
+                // SAFETY: the value Redis gave back, made by `new_raw`.
+                unsafe { StoredLock::free_raw(old) };
+                return;
+            }
+        }
+        self.set_new(value);
+    }
+
     /// Sets the key's absolute expiry (the lease end).
     fn set_expiry(&self, at: u64) {
         let at = i64::try_from(at).unwrap_or(i64::MAX);
         // SAFETY: the key is open for writing and holds a value now.
-        unsafe {
-            if let Some(set) = raw::RedisModule_SetAbsExpire {
-                set(self.key, at);
+        let status = unsafe {
+            raw::RedisModule_SetAbsExpire.map_or(raw::Status::Err as c_int, |f| f(self.key, at))
+        };
+        let known = (status == raw::Status::Ok as c_int).then(|| u64::try_from(at).ok());
+        self.expiry.set(known);
+    }
+
+    /// Sends a renewal: `LOCK.APPLY key PXAT ms`, the lease alone (three
+    /// arguments, not six: each costs Redis an object and AOF formatting).
+    fn replicate_lease(&self, at: u64) {
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        self.propagate(|ctx, rep| {
+            // SAFETY: "scl": the live key name, a C string and a long long.
+            unsafe {
+                rep(
+                    ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"scl".as_ptr(),
+                    self.name.inner(),
+                    c"PXAT".as_ptr(),
+                    at,
+                );
             }
-        }
+        });
     }
 
     /// Sends the master's decision: `LOCK.APPLY key owner count fence PXAT ms`.

@@ -11,8 +11,11 @@
 //! - A waiting client is blocked with `RedisModule_BlockClient` (no
 //!   server-side timeout). Its handle is a [`BlockedClient`], a value that is
 //!   consumed when it is unblocked: no path can unblock it twice, and one
-//!   dropped on a panic still answers nil. Its `WAIT` deadline is a module
-//!   timer, so it fires within a millisecond.
+//!   dropped on a panic still answers nil. Its `WAIT` deadline is kept in
+//!   [`Deadlines`], ordered by time, behind one module timer for the
+//!   earliest (creating and stopping a timer per wait cost more than the
+//!   rest of a hand-off's waiting), so it is still answered within a
+//!   millisecond of its deadline.
 //! - A lock freed by our own command (`RELEASE` to zero, an `ACQUIRE` that
 //!   finds an ended lease) is handed over inside that command
 //!   (`orchestrate::serve` from the command): the release and the grant are one step for every later
@@ -60,7 +63,7 @@ use crate::error::LockError;
 use crate::ffi::key::LockKey;
 use crate::ffi::{self, config, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
-use crate::handoff::{Engine, Gate, Timer};
+use crate::handoff::{Deadlines, Engine, Gate, Timer};
 use crate::lock::{Hold, Lock};
 use crate::orchestrate::{self, Event, Host, Lease, Nil, Removal};
 use crate::queue::LockName;
@@ -87,10 +90,10 @@ impl Drop for BlockedClient {
     }
 }
 
-/// One parked client: its handle and its `WAIT` deadline timer.
+/// One parked client: its handle and its `WAIT` deadline (unix ms).
 pub struct Parked {
     client: BlockedClient,
-    deadline: Option<raw::RedisModuleTimerID>,
+    deadline: Option<u64>,
 }
 
 /// What the reply callback tells the client once it is unblocked.
@@ -104,6 +107,8 @@ enum Outcome {
 
 thread_local! {
     static ENGINE: RefCell<Engine<Parked>> = RefCell::new(Engine::default());
+    /// Every parked client's `WAIT` deadline, behind one module timer.
+    static DEADLINES: RefCell<Deadlines> = RefCell::new(Deadlines::default());
     /// Set while a command of ours frees a lock and serves its waiters
     /// itself: the notifications it sends need no pump.
     static SERVING_INLINE: Cell<bool> = const { Cell::new(false) };
@@ -240,9 +245,12 @@ impl<'c> Host for Server<'c> {
         lease: Lease,
         event: Event,
     ) {
+        if event == Event::HandOver {
+            key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
+        }
         key.apply(owner, hold, lease);
         let event = match event {
-            Event::Acquire => c"lock.acquire",
+            Event::Acquire | Event::HandOver => c"lock.acquire",
             Event::Reenter => c"lock.reenter",
             Event::Release => c"lock.release",
             Event::Renew => c"lock.renew",
@@ -325,21 +333,20 @@ impl<'c> Host for Server<'c> {
     }
 
     fn reply_granted(&mut self, id: u64, handle: Parked, _: &LockName, fence: u64, _until: u64) {
-        stop_timer(self.ctx.ctx, handle.deadline);
+        forget_deadline(id, handle.deadline);
         answer_granted(self.ctx.ctx, id, handle.client, fence);
     }
 
-    fn reply_nil(&mut self, _id: u64, handle: Parked, why: Nil) {
+    fn reply_nil(&mut self, id: u64, handle: Parked, why: Nil) {
         match why {
             Nil::Refused => {
-                stop_timer(self.ctx.ctx, handle.deadline);
+                forget_deadline(id, handle.deadline);
                 handle.client.unblock(Some(Outcome::TimedOut));
             }
-            // This timer is the one firing: Redis frees it after its
-            // callback, so it is not stopped here.
+            // Its deadline is the one that passed: already forgotten.
             Nil::TimedOut => handle.client.unblock(Some(Outcome::TimedOut)),
             Nil::Left => {
-                stop_timer(self.ctx.ctx, handle.deadline);
+                forget_deadline(id, handle.deadline);
                 // Redis needs the handle back to free it; nothing to write.
                 handle.client.unblock(None);
             }
@@ -355,12 +362,12 @@ impl<'c> Host for Server<'c> {
     }
 
     fn redirect(&mut self, name: &LockName, error: &str) {
-        redirect(self.ctx.ctx, name, error);
+        redirect(name, error);
     }
 }
 
 /// Blocks the calling client (no server-side timeout: its `WAIT` deadline,
-/// if any, is a module timer). Its id and handle, or `None` if it could
+/// if any, joins [`DEADLINES`]). Its id and handle, or `None` if it could
 /// not be blocked.
 fn block(ctx: &Context, timeout_ms: u64) -> Option<(u64, Parked)> {
     // SAFETY: the command's live context; the callbacks are plain functions.
@@ -386,8 +393,14 @@ fn block(ctx: &Context, timeout_ms: u64) -> Option<(u64, Parked)> {
             set(client.as_ptr(), Some(disconnect_cb));
         }
     }
-    let deadline = (timeout_ms > 0)
-        .then(|| create_timer(ctx.ctx, timeout_ms, deadline_cb, id as usize as *mut c_void));
+    let deadline = (timeout_ms > 0).then(|| {
+        let now = now_ms();
+        let at = now.saturating_add(timeout_ms);
+        if let Some(delay) = DEADLINES.with_borrow_mut(|d| d.add(id, at, now)) {
+            arm_deadline_timer(ctx.ctx, at, delay);
+        }
+        at
+    });
     let parked = Parked {
         client: BlockedClient(client),
         deadline,
@@ -439,13 +452,13 @@ fn moved_to(ctx: &Context, key: &[u8]) -> Option<String> {
 /// `name` left this node (a cluster slot migration): every client
 /// waiting on it is answered `error` instead of being handed a lock this node
 /// no longer has.
-fn redirect(ctx: *mut raw::RedisModuleCtx, name: &LockName, error: &str) {
+fn redirect(name: &LockName, error: &str) {
     let Ok(error) = CString::new(error) else {
         return;
     };
-    for waiter in with(|e| e.drain(name)) {
+    for (waiter_id, waiter) in with(|e| e.drain(name)) {
         stats::WAITING.add(-1);
-        stop_timer(ctx, waiter.handle.deadline);
+        forget_deadline(waiter_id, waiter.handle.deadline);
         waiter
             .handle
             .client
@@ -509,12 +522,36 @@ extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     });
 }
 
-/// The `WAIT` deadline passed: reply nil.
+/// The module timer of the earliest `WAIT` deadline fired (`data`: the
+/// deadline it was armed for): every client whose deadline has passed is
+/// answered nil, and the timer for the next deadline is armed.
 extern "C" fn deadline_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard("deadline", (), || {
-        let id = data as usize as u64;
-        orchestrate::deadline_passed(&mut Server::new(&Context::new(ctx)), id);
+        let fired = data as usize as u64;
+        let now = now_ms();
+        let (due, next) = DEADLINES.with_borrow_mut(|d| d.fired(fired, now));
+        if let Some(delay) = next {
+            arm_deadline_timer(ctx, now.saturating_add(delay), delay);
+        }
+        let context = Context::new(ctx);
+        let mut host = Server::new(&context);
+        for id in due {
+            orchestrate::deadline_passed(&mut host, id);
+        }
     });
+}
+
+/// Arms the module timer of the deadline `at`, `delay_ms` from now.
+fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, at: u64, delay_ms: u64) {
+    // A unix ms fits a pointer on the 64-bit platforms Redis modules run on.
+    create_timer(ctx, delay_ms, deadline_cb, at as usize as *mut c_void);
+}
+
+/// Client `id` stopped waiting before its deadline (if it had one).
+fn forget_deadline(id: u64, deadline: Option<u64>) {
+    if let Some(at) = deadline {
+        DEADLINES.with_borrow_mut(|d| d.remove(id, at));
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -549,8 +586,16 @@ fn hook_before_sleep(
     ffi::subscribe_to_server_event(ctx, raw::REDISMODULE_EVENT_EVENTLOOP, callback)
 }
 
-/// After the deferred grants were answered: unsubscribes the before-sleep
-/// hook, unless grants were deferred again meanwhile.
+/// How long the before-sleep hook stays after it answered deferred grants,
+/// in ms. Hooking and unhooking, and the timer that unhooks, cost a hand-off
+/// more (about 5,000 instructions) than the hook costs each turn of the
+/// event loop (two module contexts, about 1,000); while locks change hands
+/// more often than this, the hook stays and is paid only per turn, and a
+/// server whose hand-offs stop is rid of it this soon after.
+const UNHOOK_AFTER_MS: u64 = 100;
+
+/// Some time after the deferred grants were answered: unsubscribes the
+/// before-sleep hook, unless grants were deferred again meanwhile.
 extern "C" fn unhook_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard("before-sleep unhook", (), || {
         UNHOOK_ARMED.set(false);
@@ -591,11 +636,18 @@ extern "C" fn before_sleep_cb(
         if DEFERRED.with_borrow(Vec::is_empty) {
             return;
         }
-        for (_, client, fence) in DEFERRED.take() {
+        let mut grants = DEFERRED.take();
+        for (_, client, fence) in grants.drain(..) {
             client.unblock(Some(Outcome::Granted(fence)));
         }
+        // Its allocation serves the next grants.
+        DEFERRED.with_borrow_mut(|deferred| {
+            if deferred.is_empty() {
+                *deferred = grants;
+            }
+        });
         if !UNHOOK_ARMED.replace(true) {
-            create_timer(ctx, 0, unhook_cb, ptr::null_mut());
+            create_timer(ctx, UNHOOK_AFTER_MS, unhook_cb, ptr::null_mut());
         }
     });
 }
@@ -620,7 +672,7 @@ extern "C" fn timeout_cb(
         reply(ctx, Some(&Outcome::TimedOut));
         if let Some(waiter) = waiter {
             stats::WAITING.add(-1);
-            stop_timer(ctx, waiter.handle.deadline);
+            forget_deadline(id, waiter.handle.deadline);
             // The reply is written; Redis needs the handle back to free it.
             waiter.handle.client.unblock(None);
         }
@@ -719,17 +771,6 @@ fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<O
 // ---------------------------------------------------------------------------
 // Small helpers.
 // ---------------------------------------------------------------------------
-
-fn stop_timer(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModuleTimerID>) {
-    if let Some(id) = timer {
-        // SAFETY: a live context of this module; deadline timers carry no
-        // allocation, so the returned data needs no freeing.
-        unsafe {
-            let mut data = ptr::null_mut();
-            raw::RedisModule_StopTimer.map(|f| f(ctx, id, &mut data));
-        }
-    }
-}
 
 fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
     // SAFETY: a live context.

@@ -2,8 +2,8 @@
 //! hands it over inside the same command. No command that runs after it —
 //! in the same pipeline, the same `MULTI`, or from another client — sees the
 //! lock free: `LOCK.INFO` shows the new owner, `EXISTS` says 1, `SET NX`
-//! fails. The release and the grant reach the AOF in one transaction, so no
-//! replay stops between them.
+//! fails. The release and the grant reach the AOF as one entry (the new
+//! hold written over the released one), so no replay stops between them.
 //!
 //! Before this was fixed the hand-off waited for a 0 ms timer: the rest
 //! of the pipeline saw the lock free, and the AOF held the release and the
@@ -145,7 +145,7 @@ fn another_client_right_after_the_release_sees_the_waiter_hold_the_lock() {
 }
 
 /// The commands of an AOF, in order (RESP arrays of bulk strings).
-fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+pub(crate) fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
     fn line<'a>(bytes: &'a [u8], at: &mut usize) -> &'a [u8] {
         let end = bytes[*at..]
             .windows(2)
@@ -182,6 +182,24 @@ fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
         commands.push(command);
     }
     commands
+}
+
+/// The commands of `server`'s incremental AOF files (after the base a
+/// rewrite wrote), in order.
+pub(crate) fn aof_incr_commands(server: &Server) -> Vec<Vec<Vec<u8>>> {
+    let dir = server.dir().join("appendonlydir");
+    let mut incr: Vec<_> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a dir entry").path())
+        .filter(|path| path.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    incr.sort();
+    assert!(!incr.is_empty(), "no .incr.aof in {}", dir.display());
+    let bytes: Vec<u8> = incr
+        .iter()
+        .flat_map(|path| fs::read(path).expect("read the AOF"))
+        .collect();
+    aof_commands(&bytes)
 }
 
 /// An AOF's commands as the units a replay applies whole: a `MULTI` …
@@ -234,19 +252,7 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
     );
 
     // appendfsync always: every reply's effects were in the file first.
-    let dir = server.dir().join("appendonlydir");
-    let mut incr: Vec<_> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("a dir entry").path())
-        .filter(|path| path.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    incr.sort();
-    assert!(!incr.is_empty(), "no .incr.aof in {}", dir.display());
-    let bytes: Vec<u8> = incr
-        .iter()
-        .flat_map(|path| fs::read(path).expect("read the AOF"))
-        .collect();
-    let units = aof_units(aof_commands(&bytes));
+    let units = aof_units(aof_incr_commands(&server));
 
     let about_k = |command: &Vec<Vec<u8>>| command.get(1).is_some_and(|key| key == b"k");
     let names = |unit: &[Vec<Vec<u8>>], who: &[u8]| {
@@ -282,6 +288,71 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
         last_about_k.iter().any(|arg| arg == b"bob"),
         "the grant's transaction ends with {}",
         show(std::slice::from_ref(last_about_k))
+    );
+    // One effect: the new hold written over the released one, with no
+    // `DEL` and no transaction around it.
+    let grant_unit = &units[grant];
+    assert_eq!(grant_unit.len(), 1, "the hand-off: {}", show(grant_unit));
+    assert!(
+        grant_unit[0][0].eq_ignore_ascii_case(b"LOCK.APPLY"),
+        "the hand-off: {}",
+        show(grant_unit)
+    );
+}
+
+/// The keyevent names a subscriber sees for `key` from `listener` (already
+/// subscribed to `__keyevent@0__:*`) until `last` arrives for it.
+fn events_until(listener: &mut redis::Connection, key: &str, last: &str) -> Vec<String> {
+    fn text(value: &Value) -> Option<String> {
+        match value {
+            Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            _ => None,
+        }
+    }
+    listener.set_read_timeout(Some(SOON)).expect("read timeout");
+    let mut events = Vec::new();
+    while events.last().map(String::as_str) != Some(last) {
+        let message = listener.recv_response().expect("a notification");
+        let Value::Array(parts) = &message else {
+            panic!("not a pubsub message: {message:?}");
+        };
+        if parts.get(3).and_then(text).as_deref() != Some(key) {
+            continue;
+        }
+        let channel = parts.get(2).and_then(text).unwrap_or_default();
+        events.push(channel.trim_start_matches("__keyevent@0__:").to_string());
+    }
+    events
+}
+
+#[test]
+fn a_hand_off_is_announced_as_the_release_then_the_waiter_s_acquisition() {
+    // The key goes from one holder to the next without being deleted: no
+    // `del` (nor `new`) between the release and the acquisition; a release
+    // nobody waits for still deletes the key.
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = c.value(&["CONFIG", "SET", "notify-keyspace-events", "Egxdn"]);
+    let mut listener = server.conn();
+    let _: Value = redis::cmd("PSUBSCRIBE")
+        .arg("__keyevent@0__:*")
+        .query(&mut listener)
+        .expect("PSUBSCRIBE");
+    let bob = alice_holds_and_bob_waits(&server);
+    assert_eq!(
+        events_until(&mut listener, "k", "lock.acquire"),
+        ["new", "lock.acquire"]
+    );
+    assert_eq!(c.int(&["LOCK.RELEASE", "k", "alice"]), 0);
+    handed_fence(bob, "bob");
+    assert_eq!(
+        events_until(&mut listener, "k", "lock.acquire"),
+        ["lock.release", "lock.acquire"]
+    );
+    assert_eq!(c.int(&["LOCK.RELEASE", "k", "bob"]), 0);
+    assert_eq!(
+        events_until(&mut listener, "k", "del"),
+        ["lock.release", "del"]
     );
 }
 

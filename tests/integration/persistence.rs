@@ -246,6 +246,41 @@ fn aof_replay_keeps_a_fence_issued_ahead_of_this_clock() {
 }
 
 #[test]
+fn a_renewal_reaches_the_aof_as_its_lease_alone_and_loads_back() {
+    // Only the lease moves, so the effect is `LOCK.APPLY key PXAT ms`; a
+    // replay must give the hold that lease, in the key and in the lock.
+    let mut server = Server::builder().appendonly(true).start();
+    server.wait_for_aof_rewrite();
+    let mut c = server.conn();
+    c.acquire("k", "alice", 1_000).expect("free");
+    assert_eq!(c.int(&["LOCK.RENEW", "k", "alice", &LONG.to_string()]), 1);
+    let held = c.lock_info("k").expect("held").held();
+    let lease = c.int(&["PEXPIRETIME", "k"]);
+
+    let commands = crate::handoff::aof_incr_commands(&server);
+    let last = commands
+        .iter()
+        .rev()
+        .find(|command| command.get(1).is_some_and(|key| key == b"k"))
+        .expect("k in the AOF");
+    let want: Vec<Vec<u8>> = ["LOCK.APPLY", "k", "PXAT", &lease.to_string()]
+        .iter()
+        .map(|arg| arg.as_bytes().to_vec())
+        .collect();
+    assert_eq!(last, &want);
+
+    server.crash_restart();
+    let mut c = server.conn();
+    let info = c.lock_info("k").expect("held after the replay");
+    assert_eq!(info.held(), held);
+    assert!(
+        info.ttl > 1_000,
+        "the replayed lock kept its first lease: {info:?}"
+    );
+    assert_eq!(c.int(&["PEXPIRETIME", "k"]), lease);
+}
+
+#[test]
 fn restart_without_persistence_loses_locks_but_fences_keep_rising() {
     let mut server = Server::start();
     let mut c = server.conn();

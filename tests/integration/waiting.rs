@@ -628,6 +628,44 @@ fn wait_timeout_replies_nil_at_its_deadline_and_passes_the_turn_on() {
     assert_eq!(lock_info_int(&server, "wait_timeouts"), 1);
 }
 
+/// Asserts that `waiter` was answered nil `timeout_ms` after it was sent,
+/// and at most [`PROMPT_MS`] late.
+fn timed_out_at(waiter: Waiter, timeout_ms: i64) {
+    let owner = waiter.owner.clone();
+    let ended = waiter.end();
+    assert_eq!(ended.outcome, Outcome::Nil, "{owner}");
+    let waited = ended.waited.as_millis() as i64;
+    assert!(
+        (timeout_ms..=timeout_ms + PROMPT_MS).contains(&waited),
+        "{owner}: WAIT {timeout_ms} replied after {waited} ms"
+    );
+}
+
+#[test]
+fn deadlines_end_on_time_whatever_order_they_come_in() {
+    // The module keeps every deadline and one timer for the earliest: a
+    // deadline earlier than all others, one armed after a waiter was
+    // served before its own, and the latest must each end on time.
+    let server = Server::start();
+    let mut c = server.conn();
+    c.acquire("a", "alice", LONG).expect("free");
+    c.acquire("b", "alice", LONG).expect("free");
+    let late = queue(&server, "a", "late", LONG, 1_500);
+    let served = queue(&server, "b", "served", LONG, 400);
+    let early = queue(&server, "a", "early", LONG, 300);
+    assert_eq!(c.int(&["LOCK.RELEASE", "b", "alice"]), 0);
+    served.fence();
+    let behind = queue(&server, "b", "behind", LONG, 200);
+
+    timed_out_at(early, 300);
+    timed_out_at(behind, 200);
+    timed_out_at(late, 1_500);
+    assert_eq!(lock_info_int(&server, "wait_timeouts"), 3);
+    // Served before its deadline: the lock stays with it after that time.
+    assert_eq!(owner(&mut c, "b").as_deref(), Some("served"));
+    assert_no_one_waits(&server);
+}
+
 #[test]
 fn wait_zero_waits_without_a_limit() {
     let server = Server::start();
