@@ -94,10 +94,15 @@ pub fn rotated<T: Copy>(items: &[T], by: usize) -> Vec<T> {
     v
 }
 
-/// The ways of waiting this build can measure.
+/// The ways of waiting for a lock this build can measure.
 pub fn waitings(ctx: &Ctx) -> Vec<Waiting> {
-    Waiting::ALL
-        .into_iter()
+    measurable(ctx, &Waiting::ALL)
+}
+
+/// `ways` without the module's `WAIT` if this build lacks it.
+pub fn measurable(ctx: &Ctx, ways: &[Waiting]) -> Vec<Waiting> {
+    ways.iter()
+        .copied()
         .filter(|w| ctx.wait || *w != Waiting::ModuleWait)
         .collect()
 }
