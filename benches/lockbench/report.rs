@@ -602,4 +602,5 @@ fn render_details(ctx: &Ctx, r: &Results, out: &mut String) {
         let _ = writeln!(out, "\n{note}");
     }
     out.push('\n');
+    crate::sections::shared::render(ctx, r, out);
 }
