@@ -21,7 +21,7 @@
 //! limit of permits). The control shows the check can see violations: its
 //! stalled writes land inside the holds that took its place.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -326,8 +326,10 @@ pub struct StressRun {
     /// Holds that began while a conflicting hold was open: a writer beside
     /// anyone, a reader beside a writer, more than the limit of permits.
     pub conflicting_begins: usize,
-    /// Second writes (after the work, or the stall) beside a conflicting hold.
-    pub conflicting_ends: usize,
+    /// Holds whose span overlapped a conflicting hold's, and how many of
+    /// them had stalled.
+    pub overlapped_holds: usize,
+    pub overlapped_stalled: usize,
     /// The most holds open at once (the permits in use, for a semaphore).
     pub most_open: usize,
 }
@@ -362,11 +364,12 @@ pub fn stress(
             let stall = rng.gen_ratio(1, STALL_ONE_IN);
             run.stalls += usize::from(stall);
             thread::sleep(if stall { STALL } else { WORK });
+            let after = if stall { "-after-stall" } else { "" };
             if checked && !client.still_holds()? {
                 run.losses_seen += 1;
-                log(client, hold, "lost", mode)?;
+                log(client, hold, &format!("lost{after}"), mode)?;
             } else {
-                log(client, hold, "end", mode)?;
+                log(client, hold, &format!("end{after}"), mode)?;
             }
             run.lost_releases += usize::from(!client.release()?);
         }
@@ -396,7 +399,8 @@ pub fn stress(
     total.writes = found.writes;
     total.overlapping_writes = found.overlapping_writes;
     total.conflicting_begins = found.conflicting_begins;
-    total.conflicting_ends = found.conflicting_ends;
+    total.overlapped_holds = found.overlapped.len();
+    total.overlapped_stalled = found.overlapped_stalled;
     total.most_open = found.most_open;
     con.call(&["DEL", LOG])?;
     Ok(total)
@@ -407,6 +411,8 @@ struct Event {
     hold: (usize, u64),
     kind: EventKind,
     mode: Mode,
+    /// The hold stalled before this (its second) entry.
+    stalled: bool,
 }
 
 #[derive(PartialEq)]
@@ -423,10 +429,15 @@ impl Event {
         let mut words = text.split(' ');
         let client = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
         let hold = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
-        let kind = match words.next() {
-            Some("begin") => EventKind::Begin,
-            Some("end") => EventKind::End,
-            Some("lost") => EventKind::Lost,
+        let event = words.next().ok_or_else(bad)?;
+        let (event, stalled) = match event.strip_suffix("-after-stall") {
+            Some(e) => (e, true),
+            None => (event, false),
+        };
+        let kind = match event {
+            "begin" => EventKind::Begin,
+            "end" => EventKind::End,
+            "lost" => EventKind::Lost,
             _ => return Err(bad().into()),
         };
         let mode = match words.next() {
@@ -439,17 +450,20 @@ impl Event {
             hold: (client, hold),
             kind,
             mode,
+            stalled,
         })
     }
 }
 
 /// What the log shows.
-#[derive(Default, Debug, PartialEq)]
+#[derive(Default, Debug)]
 struct Findings {
     writes: usize,
     overlapping_writes: usize,
     conflicting_begins: usize,
-    conflicting_ends: usize,
+    /// Holds in any conflict: the writer's and those open beside it.
+    overlapped: HashSet<(usize, u64)>,
+    overlapped_stalled: usize,
     most_open: usize,
 }
 
@@ -458,9 +472,13 @@ struct Findings {
 /// once); at each write, the holds open beside it must not conflict with it.
 fn analyse(events: &[Event], limit: usize) -> Findings {
     let mut last_write = HashMap::new();
+    let mut stalled = HashSet::new();
     for (i, e) in events.iter().enumerate() {
         if e.kind != EventKind::Lost {
             last_write.insert(e.hold, i);
+        }
+        if e.stalled {
+            stalled.insert(e.hold);
         }
     }
     let mut open: HashMap<(usize, u64), Mode> = HashMap::new();
@@ -484,13 +502,22 @@ fn analyse(events: &[Event], limit: usize) -> Findings {
             f.overlapping_writes += 1;
             if e.kind == EventKind::Begin {
                 f.conflicting_begins += 1;
-            } else {
-                f.conflicting_ends += 1;
+            }
+            f.overlapped.insert(e.hold);
+            for (h, m) in &open {
+                let clash = match e.mode {
+                    Mode::Read => *m == Mode::Write,
+                    Mode::Write | Mode::Permit => true,
+                };
+                if clash {
+                    f.overlapped.insert(*h);
+                }
             }
         }
         if last_write.get(&e.hold) == Some(&i) {
             open.remove(&e.hold);
         }
     }
+    f.overlapped_stalled = stalled.intersection(&f.overlapped).count();
     f
 }

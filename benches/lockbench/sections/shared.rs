@@ -130,7 +130,7 @@ pub fn run(ctx: &Ctx, r: &mut Results) {
         });
         if let Some(s) = got {
             eprintln!(
-                "  stress {:<34} {:<34} {:<9} {} holds, {} stalled, {} losses seen, {} lost releases; {} writes, {} beside a conflicting hold ({} begins, {} ends), at most {} open",
+                "  stress {:<34} {:<34} {:<9} {} holds, {} stalled, {} losses seen, {} lost releases; {} writes, {} beside a conflicting hold; {} holds in an overlap ({} stalled); at most {} open",
                 scenario.label(),
                 recipe.label(),
                 if checked { "checked" } else { "unchecked" },
@@ -140,8 +140,8 @@ pub fn run(ctx: &Ctx, r: &mut Results) {
                 s.lost_releases,
                 s.writes,
                 s.overlapping_writes,
-                s.conflicting_begins,
-                s.conflicting_ends,
+                s.overlapped_holds,
+                s.overlapped_stalled,
                 s.most_open
             );
             r.shared.stress.push((scenario, recipe, checked, s));
@@ -259,7 +259,8 @@ pub fn render(ctx: &Ctx, r: &Results, out: &mut String) {
         "releases answered \"not held\"",
         "writes",
         "writes beside a conflicting hold",
-        "of which first / second writes",
+        "holds begun beside one",
+        "holds in an overlap (of them stalled)",
         "most holds open at once",
     ]);
     for (scenario, recipe, checked, x) in &s.stress {
@@ -277,10 +278,11 @@ pub fn render(ctx: &Ctx, r: &Results, out: &mut String) {
             count(x.lost_releases as f64),
             count(x.writes as f64),
             count(x.overlapping_writes as f64),
+            count(x.conflicting_begins as f64),
             format!(
-                "{} / {}",
-                count(x.conflicting_begins as f64),
-                count(x.conflicting_ends as f64)
+                "{} ({})",
+                count(x.overlapped_holds as f64),
+                count(x.overlapped_stalled as f64)
             ),
             x.most_open.to_string(),
         ]);
