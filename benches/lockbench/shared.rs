@@ -147,7 +147,7 @@ struct Tally {
 /// Connects `clients` clients of `recipe` to a fresh lock.
 fn connect(
     server: &Server,
-    scripts: &SharedScripts,
+    scripts: &Arc<SharedScripts>,
     recipe: Recipe,
     scenario: Scenario,
     lease_ms: u64,
@@ -218,7 +218,7 @@ fn run_clients<T: Send + 'static>(
 /// One throughput run of `recipe` on `scenario` for `window`.
 pub fn throughput(
     server: &Server,
-    scripts: &SharedScripts,
+    scripts: &Arc<SharedScripts>,
     recipe: Recipe,
     scenario: Scenario,
     window: Duration,
@@ -338,7 +338,7 @@ pub struct StressRun {
 /// write; unchecked ones (the control) do not.
 pub fn stress(
     server: &Server,
-    scripts: &SharedScripts,
+    scripts: &Arc<SharedScripts>,
     recipe: Recipe,
     scenario: Scenario,
     checked: bool,

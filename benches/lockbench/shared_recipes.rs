@@ -42,6 +42,7 @@
 //!   the loaded build answers `SHARED` (see [`module_has_shared`]).
 
 use std::io;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -231,7 +232,6 @@ end
 return 0";
 
 /// The scripts' SHA1s on one server.
-#[derive(Clone)]
 pub struct SharedScripts {
     rw_read_acquire: String,
     rw_write_acquire: String,
@@ -340,7 +340,9 @@ struct Held {
 /// holds. Every recipe uses one key prefix, so a run's keys are `key*`.
 pub struct SharedClient {
     recipe: Recipe,
-    scripts: SharedScripts,
+    /// Shared by every client of a run (each call clones the handle, not
+    /// the SHAs, to call with them while the connection is borrowed).
+    scripts: Arc<SharedScripts>,
     con: Conn,
     key: String,
     owner: String,
@@ -361,14 +363,14 @@ impl SharedClient {
     pub fn connect(
         port: u16,
         recipe: Recipe,
-        scripts: &SharedScripts,
+        scripts: &Arc<SharedScripts>,
         key: &str,
         lease_ms: u64,
         limit: usize,
     ) -> io::Result<SharedClient> {
         Ok(SharedClient {
             recipe,
-            scripts: scripts.clone(),
+            scripts: Arc::clone(scripts),
             con: Conn::connect(port)?,
             key: key.to_string(),
             owner: format!("{}:1", uuid()),
@@ -424,7 +426,7 @@ impl SharedClient {
     fn try_once(&mut self, mode: Mode) -> io::Result<bool> {
         let k = Keys::of(&self.key);
         let lease = self.lease_ms.to_string();
-        let s = self.scripts.clone();
+        let s = Arc::clone(&self.scripts);
         let owner = self.owner.clone();
         let (granted, permit) = match (self.recipe, mode) {
             (Recipe::RedissonRw, Mode::Read) => {
@@ -525,14 +527,11 @@ impl SharedClient {
         let k = Keys::of(&self.key);
         let (key, owner) = (self.key.clone(), self.owner.clone());
         let lease = self.lease_ms.to_string();
-        let s = self.scripts.clone();
+        let s = Arc::clone(&self.scripts);
         let reply = match (self.recipe, mode) {
             (Recipe::Module, _) => {
-                return match self.con.call(&["LOCK.RENEW", &key, &owner, &lease])? {
-                    Reply::Int(1) => Ok(true),
-                    Reply::Error(e) if e.starts_with("NOTOWNER") => Ok(false),
-                    other => Err(io::Error::other(format!("LOCK.RENEW answered {other:?}"))),
-                };
+                let args = ["LOCK.RENEW", &key, &owner, &lease];
+                return self.module_own(&args, |r| *r == Reply::Int(1));
             }
             (Recipe::RedissonRw, Mode::Read) => self.call(&[
                 "EVALSHA",
@@ -576,6 +575,19 @@ impl SharedClient {
         Ok(reply == Reply::Int(1))
     }
 
+    /// A module command on the caller's own hold: whether `ok` accepts the
+    /// answer; `Ok(false)` for `-NOTOWNER` (the hold is gone).
+    fn module_own(&mut self, args: &[&str], ok: fn(&Reply) -> bool) -> io::Result<bool> {
+        match self.con.call(args)? {
+            Reply::Error(e) if e.starts_with("NOTOWNER") => Ok(false),
+            reply if ok(&reply) => Ok(true),
+            other => Err(io::Error::other(format!(
+                "{} answered {other:?}",
+                args.first().copied().unwrap_or("")
+            ))),
+        }
+    }
+
     /// Ends the hold. `Ok(false)` if the recipe says the client no longer
     /// had it (its lease ended and another took its place).
     pub fn release(&mut self) -> io::Result<bool> {
@@ -585,14 +597,11 @@ impl SharedClient {
         let k = Keys::of(&self.key);
         let (key, owner) = (self.key.clone(), self.owner.clone());
         let lease = self.lease_ms.to_string();
-        let s = self.scripts.clone();
+        let s = Arc::clone(&self.scripts);
         let reply = match (self.recipe, held.mode) {
             (Recipe::Module, _) => {
-                return match self.con.call(&["LOCK.RELEASE", &key, &owner])? {
-                    Reply::Int(_) => Ok(true),
-                    Reply::Error(e) if e.starts_with("NOTOWNER") => Ok(false),
-                    other => Err(io::Error::other(format!("LOCK.RELEASE answered {other:?}"))),
-                };
+                let args = ["LOCK.RELEASE", &key, &owner];
+                return self.module_own(&args, |r| matches!(r, Reply::Int(_)));
             }
             (Recipe::RedissonRw, Mode::Read) => self.call(&[
                 "EVALSHA",

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use super::{rotated, Ctx, Results};
 use crate::markdown::{count, millis, num, percent, Table};
@@ -39,7 +40,7 @@ const STRESS: [(Scenario, Recipe, bool); 5] = [
 /// Runs the section.
 pub fn run(ctx: &Ctx, r: &mut Results) {
     let Some(scripts) = r.attempt("shared: scripts", || {
-        Ok(SharedScripts::load(&mut ctx.server.conn()?)?)
+        Ok(Arc::new(SharedScripts::load(&mut ctx.server.conn()?)?))
     }) else {
         return;
     };
