@@ -1,4 +1,4 @@
-//! 6. Shared holds: read-write locks and semaphores.
+//! Shared holds: read-write locks and semaphores.
 //!
 //! Throughput per workload, then the stress check.
 //!
@@ -158,7 +158,7 @@ pub fn render(ctx: &Ctx, r: &Results, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "### 6. Shared holds: read-write locks and semaphores, each client looping acquire → `INCR` → 1 ms of work → release for {:.1} s\n",
+        "### Shared holds: read-write locks and semaphores, each client looping acquire → `INCR` → 1 ms of work → release for {:.1} s\n",
         ctx.plan.shared_window.as_secs_f64()
     );
     if !s.module {
