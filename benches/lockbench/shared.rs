@@ -18,8 +18,12 @@
 //! its lease and writes anyway. Reading the log back, a hold spans from its
 //! first write to its last; a write is a violation when a conflicting hold
 //! spans it (a writer beside anyone, a reader beside a writer, more than the
-//! limit of permits). The control shows the check can see violations: its
-//! stalled writes land inside the holds that took its place.
+//! limit of permits). The control shows the check can see violations: the
+//! holds that took a stalled holder's place begin and end inside its span.
+//!
+//! A checked client can still overlap if it stalls between its check and
+//! its write for longer than the lease the check renewed; only a fence
+//! checked by the resource closes that gap.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Barrier, OnceLock};
