@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::{rotated, Ctx, Results};
-use crate::markdown::{count, millis, num, percent, Table};
+use crate::markdown::{count, millis, num, percent, ratio, Table};
 use crate::shared::{self, Scenario, SharedRun, StressRun};
 use crate::shared_recipes::{module_has_shared, Recipe, SharedScripts};
 use crate::stats::{self, median};
@@ -236,6 +236,34 @@ pub fn render(ctx: &Ctx, r: &Results, out: &mut String) {
          Fewest ÷ most: acquisitions of the client that made fewest ÷ of the one that made most (1 is even).\n",
         ctx.plan.shared_reps
     );
+    if s.module {
+        // Within each repetition, then the median, as the other sections'
+        // ratios.
+        let ratios: Vec<String> = Scenario::ALL
+            .iter()
+            .map(|&sc| {
+                let v: Vec<f64> = s
+                    .runs
+                    .iter()
+                    .filter_map(|rep| {
+                        let m = rep.get(&(sc, Recipe::Module))?.acquisitions_per_s;
+                        let best = sc
+                            .recipes()
+                            .iter()
+                            .filter_map(|rc| rep.get(&(sc, *rc)).map(|x| x.acquisitions_per_s))
+                            .fold(f64::NAN, f64::max);
+                        Some(m / best)
+                    })
+                    .collect();
+                format!("{} {}", sc.label(), ratio(median(&v)))
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "Module ÷ the best recipe, acquisitions/s: {}.\n",
+            ratios.join("; ")
+        );
+    }
     if s.stress.is_empty() {
         return;
     }
