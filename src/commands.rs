@@ -25,6 +25,10 @@ const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
 pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.ACQUIRE", input, |argv| {
         let req = args::parse_acquire(argv, config::max_ttl())?;
+        if req.mode != crate::holds::Mode::Exclusive {
+            // Shared holds are parsed but not served yet.
+            return Err(LockError::Syntax);
+        }
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut host = Server::new(ctx);

@@ -26,7 +26,8 @@ pub mod commands;
 pub mod ffi;
 
 pub use redislock_core::{
-    args, cluster, error, fence, handoff, lock, orchestrate, partition, quarantine, queue, stats,
+    args, cluster, error, fence, handoff, holds, lock, orchestrate, partition, quarantine, queue,
+    shared_queue, stats,
 };
 
 // Unit tests run without Redis, so they use the system allocator and skip

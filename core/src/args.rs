@@ -6,15 +6,18 @@
 //! name, index 1 the key (the glue opens it), so parsers look from index 2.
 
 use crate::error::LockError;
-pub use crate::limits::{FENCE_AHEAD_MS, MAX_MS, MAX_OWNER_LEN};
+use crate::holds::Mode;
+pub use crate::limits::{FENCE_AHEAD_MS, MAX_LIMIT, MAX_MS, MAX_OWNER_LEN};
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub owner: &'a [u8],
     pub ttl_ms: u64,
     /// `Some(0)`: wait without limit.
     pub wait_ms: Option<u64>,
+    /// Exclusive, or `SHARED` (with its `LIMIT`, if any).
+    pub mode: Mode,
 }
 
 /// `LOCK.REENTER key owner [ttl-ms]`
@@ -76,17 +79,42 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
     let [_, _, owner, ttl, rest @ ..] = args else {
         return Err(LockError::WrongArity);
     };
-    let wait = match rest {
-        [] => None,
-        [word, timeout] if is_word(word, "WAIT") => Some(timeout),
-        _ => return Err(LockError::Syntax),
-    };
+    // The options, in any order, each at most once; their values are
+    // checked only once the whole grammar is known to fit.
+    let (mut wait, mut shared, mut limit) = (None, false, None);
+    let mut rest = rest;
+    while let [word, tail @ ..] = rest {
+        rest = match tail {
+            [value, tail @ ..] if is_word(word, "WAIT") && wait.is_none() => {
+                wait = Some(value);
+                tail
+            }
+            [value, tail @ ..] if is_word(word, "LIMIT") && limit.is_none() => {
+                limit = Some(value);
+                tail
+            }
+            _ if is_word(word, "SHARED") && !shared => {
+                shared = true;
+                tail
+            }
+            _ => return Err(LockError::Syntax),
+        };
+    }
+    if limit.is_some() && !shared {
+        return Err(LockError::Syntax);
+    }
     let ttl_ms = parse_ttl(ttl, max_ttl)?;
     let wait_ms = wait.map(parse_timeout).transpose()?;
+    let limit = limit.map(parse_limit).transpose()?;
     Ok(Acquire {
         owner: parse_owner(owner)?,
         ttl_ms,
         wait_ms,
+        mode: if shared {
+            Mode::Shared { limit }
+        } else {
+            Mode::Exclusive
+        },
     })
 }
 
@@ -229,6 +257,14 @@ fn parse_timeout<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
         .ok_or(LockError::BadTimeout)
 }
 
+/// A `LIMIT`: `1..=1,000,000` owners.
+fn parse_limit<A: AsRef<[u8]>>(arg: &A) -> Result<u32, LockError> {
+    parse_int(arg)
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or(LockError::BadLimit)
+}
+
 fn parse_owner<A: AsRef<[u8]>>(arg: &A) -> Result<&[u8], LockError> {
     let owner = arg.as_ref();
     if owner.is_empty() || owner.len() > MAX_OWNER_LEN {
@@ -275,7 +311,8 @@ mod tests {
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
-                wait_ms: None
+                wait_ms: None,
+                mode: Mode::Exclusive,
             })
         );
         let a = v("lock.acquire k o 100 wait 0");
@@ -284,9 +321,70 @@ mod tests {
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
-                wait_ms: Some(0)
+                wait_ms: Some(0),
+                mode: Mode::Exclusive,
             })
         );
+    }
+
+    #[test]
+    fn acquire_options_come_in_any_order_each_once() {
+        const R: Mode = Mode::READ;
+        const SEM3: Mode = Mode::Shared { limit: Some(3) };
+        // (arguments after `ttl-ms`, expected mode and wait, or the error)
+        let table: [(&str, Result<(Mode, Option<u64>), LockError>); 24] = [
+            ("", Ok((Mode::Exclusive, None))),
+            ("SHARED", Ok((R, None))),
+            ("shared", Ok((R, None))),
+            ("SHARED LIMIT 3", Ok((SEM3, None))),
+            ("LIMIT 3 SHARED", Ok((SEM3, None))),
+            ("SHARED WAIT 5", Ok((R, Some(5)))),
+            ("WAIT 5 SHARED", Ok((R, Some(5)))),
+            ("WAIT 5 SHARED LIMIT 3", Ok((SEM3, Some(5)))),
+            ("LIMIT 3 WAIT 0 SHARED", Ok((SEM3, Some(0)))),
+            (
+                "SHARED limit 1000000",
+                Ok((
+                    Mode::Shared {
+                        limit: Some(1_000_000),
+                    },
+                    None,
+                )),
+            ),
+            ("LIMIT 3", Err(Syntax)),
+            ("WAIT 5 LIMIT 3", Err(Syntax)),
+            ("SHARED LIMIT", Err(Syntax)),
+            ("SHARED WAIT", Err(Syntax)),
+            ("SHARED SHARED", Err(Syntax)),
+            ("SHARED LIMIT 3 LIMIT 3", Err(Syntax)),
+            ("WAIT 1 WAIT 1", Err(Syntax)),
+            ("SHARED EPHEMERAL", Err(Syntax)),
+            ("EPHEMERAL", Err(Syntax)),
+            ("SHARED LIMIT 0", Err(BadLimit)),
+            ("SHARED LIMIT 1000001", Err(BadLimit)),
+            ("SHARED LIMIT -1", Err(BadLimit)),
+            ("SHARED LIMIT x", Err(BadLimit)),
+            ("SHARED LIMIT 3 WAIT x", Err(BadTimeout)),
+        ];
+        for (options, expected) in table {
+            let line = format!("LOCK.ACQUIRE k o 100 {options}");
+            let argv = v(line.trim_end());
+            let got = parse_acquire(&argv, 0).map(|a| (a.mode, a.wait_ms));
+            assert_eq!(got, expected, "{line}");
+        }
+        // A bad ttl is reported before a bad limit, a bad owner after it.
+        let argv = v("LOCK.ACQUIRE k o 0 SHARED LIMIT 0");
+        assert_eq!(parse_acquire(&argv, 0), Err(BadTtl));
+        let argv = vec![
+            b"LOCK.ACQUIRE".to_vec(),
+            b"k".to_vec(),
+            Vec::new(),
+            b"1".to_vec(),
+            b"SHARED".to_vec(),
+            b"LIMIT".to_vec(),
+            b"0".to_vec(),
+        ];
+        assert_eq!(parse_acquire(&argv, 0), Err(BadLimit));
     }
 
     #[test]
