@@ -331,8 +331,10 @@ mod tests {
     fn acquire_options_come_in_any_order_each_once() {
         const R: Mode = Mode::READ;
         const SEM3: Mode = Mode::Shared { limit: Some(3) };
-        // (arguments after `ttl-ms`, expected mode and wait, or the error)
-        let table: [(&str, Result<(Mode, Option<u64>), LockError>); 24] = [
+        /// The mode and wait parsed, or the error.
+        type Parsed = Result<(Mode, Option<u64>), LockError>;
+        // (arguments after `ttl-ms`, expected)
+        let table: [(&str, Parsed); 24] = [
             ("", Ok((Mode::Exclusive, None))),
             ("SHARED", Ok((R, None))),
             ("shared", Ok((R, None))),
