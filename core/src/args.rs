@@ -229,6 +229,52 @@ pub fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockE
     )
 }
 
+/// The shared form `LOCK.APPLY key SHARED limit owner count fence lease
+/// since [owner count fence lease since …]` (internal: replication and AOF):
+/// the whole state of a lock held shared, oldest hold first; `limit` 0 for
+/// none. `None` for any other shape (the other forms have at most five
+/// arguments after the key, this one at least seven).
+pub fn parse_apply_shared<A: AsRef<[u8]>>(
+    args: &[A],
+) -> Option<Result<crate::holds::Holds, LockError>> {
+    let [_, _, word, limit, holders @ ..] = args else {
+        return None;
+    };
+    if !is_word(word, "SHARED") || holders.is_empty() || holders.len() % 5 != 0 {
+        return None;
+    }
+    let parse = || {
+        let limit = parse_int(limit)
+            .filter(|&n| n <= MAX_LIMIT)
+            .ok_or(LockError::BadNumber)?;
+        let positive = |arg: &A| {
+            parse_int(arg)
+                .filter(|&n| n >= 1)
+                .ok_or(LockError::BadNumber)
+        };
+        let holders = holders
+            .chunks_exact(5)
+            .map(|h| {
+                Ok(crate::holds::Holder {
+                    owner: parse_owner(&h[0])?.to_vec(),
+                    hold: crate::lock::Hold {
+                        count: positive(&h[1])?,
+                        fence: positive(&h[2])?,
+                        expires_at: positive(&h[3])?,
+                    },
+                    since: parse_int(&h[4]).ok_or(LockError::BadNumber)?,
+                })
+            })
+            .collect::<Result<Vec<_>, LockError>>()?;
+        let limit = u32::try_from(limit).ok().filter(|&n| n > 0);
+        Ok(crate::holds::Holds::from_parts(
+            Mode::Shared { limit },
+            holders,
+        ))
+    };
+    Some(parse())
+}
+
 /// `LOCK.LASTFENCE fence` (internal: the AOF after a rewrite, replication)
 /// → the fence counter to observe, `1..=2^63-1`.
 pub fn parse_last_fence<A: AsRef<[u8]>>(args: &[A]) -> Result<u64, LockError> {

@@ -12,3 +12,6 @@ pub const FENCE_AHEAD_MS: u64 = 3_600_000;
 
 /// Largest `LIMIT` of a shared lock: owners sharing it at once.
 pub const MAX_LIMIT: u64 = 1_000_000;
+
+/// Largest reentrancy count: a lock value stores it in 32 bits.
+pub const MAX_COUNT: u64 = u32::MAX as u64;
