@@ -83,6 +83,8 @@ mod sentinel;
 /// conditional deletes, hash-field expiry, when a hand-off after `DEL` runs,
 /// and `CLIENT UNBLOCK` right after a grant.
 mod servers;
+/// Shared holds: read-write locks and semaphores, one queue for both modes.
+mod shared;
 /// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
 /// with its locks intact, and none is held forever.
 mod upgrade;
