@@ -85,8 +85,8 @@ mod sentinel;
 mod servers;
 /// Shared holds: read-write locks and semaphores, one queue for both modes.
 mod shared;
-/// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
-/// with its locks intact, and none is held forever.
+/// Upgrade: RDBs written by encoding versions 1 and 3 (`tests/fixtures/`)
+/// load with their locks intact, and none is held forever.
 mod upgrade;
 /// Blocked waiters (`LOCK.ACQUIRE … WAIT`): FIFO hand-off on every way a lock
 /// frees, no barging, timeouts, unblock and disconnect, replication, reloads.
