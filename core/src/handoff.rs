@@ -372,6 +372,13 @@ impl<H> Engine<H> {
         self.arm_lease_check(name.clone(), until, now)
     }
 
+    /// A shared hold of `name` runs through `until`, before the lock's
+    /// last lease (the key's TTL): check it then whether or not clients
+    /// wait, so that its share ends on time.
+    pub fn hold_ends(&mut self, name: &LockName, until: u64, now: u64) -> Option<Timer> {
+        self.arm_lease_check(name.clone(), until, now)
+    }
+
     /// The lease check armed for `name` at `at` fired.
     pub fn lease_check_fired(&mut self, name: &LockName, at: u64) {
         if self.lease_checks.get(name) == Some(&at) {

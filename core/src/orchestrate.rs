@@ -322,19 +322,25 @@ fn acquire_shared<H: Host>(
     match decision {
         holds::Acquire::Fresh(hold) => {
             holds.drop_ended(now);
+            let ends = shared_hold_ends(&holds);
             host.write_holds(&mut key, holds, Event::Acquire);
+            drop(key);
             stats::ACQUIRED.incr();
+            check_hold_end(host, target, waiting.as_ref(), ends, now);
             Ok(Acquired::Held(hold))
         }
         holds::Acquire::Reentered(hold) => {
             holds.drop_ended(now);
             let earliest = holds.earliest_lease();
+            let ends = shared_hold_ends(&holds);
             host.write_holds(&mut key, holds, Event::Reenter);
+            drop(key);
             stats::REENTERED.incr();
             owner_active(host, target, owner);
             if let Some(at) = earliest {
                 lease_changed(host, target, at);
             }
+            check_hold_end(host, target, waiting.as_ref(), ends, now);
             Ok(Acquired::Held(hold))
         }
         holds::Acquire::Busy => match wait_ms {
@@ -372,13 +378,43 @@ fn on_shared_hold<H: Host, R>(
     let mut holds = host.holds(&key)?.unwrap_or_default();
     let result = change(&mut holds, now)?;
     holds.drop_ended(now);
+    let ends = shared_hold_ends(&holds);
     host.write_holds(&mut key, holds, event);
     drop(key);
     owner_active(host, target, owner);
-    if let Some(name) = waiting_on(host, target) {
-        serve(host, &name, true);
+    let waiting = waiting_on(host, target);
+    if let Some(name) = &waiting {
+        serve(host, name, true);
     }
+    check_hold_end(host, target, waiting.as_ref(), ends, now);
     Ok(result)
+}
+
+/// When the first of several shared holds ends, if before the others (the
+/// key's TTL ends the last): a check is due then.
+fn shared_hold_ends(holds: &Holds) -> Option<u64> {
+    if holds.mode() == Mode::Exclusive {
+        return None;
+    }
+    let (first, last) = (holds.earliest_lease()?, holds.latest_lease()?);
+    (first < last).then_some(first)
+}
+
+/// Arms the check of a shared hold that ends at `ends` (see
+/// [`shared_hold_ends`]), naming the lock only then.
+fn check_hold_end<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    name: Option<&LockName>,
+    ends: Option<u64>,
+    now: u64,
+) {
+    let Some(at) = ends else {
+        return;
+    };
+    let name = name.cloned().unwrap_or_else(|| host.lock_name(target));
+    let timer = host.engine(|e| e.hold_ends(&name, at, now));
+    arm(host, timer);
 }
 
 /// `LOCK.REENTER`: the hold, one count deeper.
@@ -750,22 +786,25 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
         ttl_ms: *ttl_ms,
     });
     let served = shared_queue::serve(&mut holds, waiting, now, || host.issue_fence(now));
+    // Clients still waiting are looked at again when the first hold ends;
+    // without them, only a shared hold that ends before the key's TTL is.
+    let check = if served.len() < requests.len() {
+        holds.earliest_lease()
+    } else {
+        shared_hold_ends(&holds)
+    };
     if holds != before {
-        let earliest = holds.earliest_lease();
         if holds.holders().is_empty() {
             host.remove(&mut key, Removal::Expired);
         } else {
             host.write_holds(&mut key, holds, Event::Acquire);
         }
-        if let Some(at) = earliest {
-            let timer = host.engine(|e| e.lease_moved(name, at, now));
-            arm(host, timer);
-        }
-    } else if let Some(at) = holds.earliest_lease() {
-        let timer = host.engine(|e| e.lease_moved(name, at, now));
-        arm(host, timer);
     }
     drop(key);
+    if let Some(at) = check {
+        let timer = host.engine(|e| e.hold_ends(name, at, now));
+        arm(host, timer);
+    }
     for one in served {
         let Some(waiter) = host.engine(|e| e.leave(one.id)) else {
             continue;

@@ -174,6 +174,23 @@ fn a_readers_lease_end_frees_its_permit_to_a_waiter() {
 }
 
 #[test]
+fn a_readers_lease_end_ends_its_share_though_nobody_waits() {
+    let server = Server::start();
+    let mut c = server.conn();
+    fence_of(&acquire(&mut c, "e", "long", LONG, &["SHARED"]));
+    fence_of(&acquire(&mut c, "e", "short", 100, &["SHARED"]));
+    assert_eq!(server.info_int("lock", "lock_shared_held"), 2);
+    let started = std::time::Instant::now();
+    // INFO reads no key: only the module's own check of the lease ends it.
+    wait_until("the short hold ends", SOON, || {
+        server.info_int("lock", "lock_shared_held") == 1
+    });
+    assert!(started.elapsed() < Duration::from_millis(100 + 150));
+    assert_eq!(server.info_int("lock", "lock_expired_held"), 1);
+    assert_eq!(holders(&server, "e"), ["long"]);
+}
+
+#[test]
 fn limits_must_match_and_a_refusal_changes_nothing() {
     let server = Server::start();
     let mut c = server.conn();
