@@ -436,6 +436,58 @@ mod tests {
     }
 
     #[test]
+    fn apply_reads_the_shared_form_and_leaves_the_others_alone() {
+        let argv = v("LOCK.APPLY k SHARED 3 a 1 10 500 100 b 2 11 600 101");
+        let holds = parse_apply_shared(&argv)
+            .expect("the shared form")
+            .expect("valid");
+        assert_eq!(holds.mode(), Mode::Shared { limit: Some(3) });
+        let got: Vec<_> = holds
+            .holders()
+            .iter()
+            .map(|h| {
+                (
+                    h.owner.clone(),
+                    h.hold.count,
+                    h.hold.fence,
+                    h.hold.expires_at,
+                    h.since,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (b"a".to_vec(), 1, 10, 500, 100),
+                (b"b".to_vec(), 2, 11, 600, 101)
+            ]
+        );
+        let argv = v("LOCK.APPLY k SHARED 0 a 1 10 500 100");
+        let holds = parse_apply_shared(&argv).unwrap().unwrap();
+        assert_eq!(holds.mode(), Mode::READ);
+        // The older forms, an owner named SHARED included, are not this one.
+        for line in [
+            "LOCK.APPLY k SHARED 1 2",
+            "LOCK.APPLY k SHARED 1 2 PXAT 5",
+            "LOCK.APPLY k PXAT 5",
+            "LOCK.APPLY k SHARED 0 a 1 10 500",
+        ] {
+            assert!(parse_apply_shared(&v(line)).is_none(), "{line}");
+        }
+        for line in [
+            "LOCK.APPLY k SHARED 0 a 0 10 500 100",
+            "LOCK.APPLY k SHARED x a 1 10 500 100",
+            "LOCK.APPLY k SHARED 1000001 a 1 10 500 100",
+        ] {
+            assert_eq!(
+                parse_apply_shared(&v(line)).map(|r| r.err()),
+                Some(Some(BadNumber)),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
     fn errors_come_in_the_documented_order() {
         // (argument vector, expected error): each row breaks the rule of its
         // row and every later one, so only the earliest rule may answer.

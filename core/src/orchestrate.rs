@@ -723,7 +723,10 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
         return;
     }
     let key = host.open_name(name, in_command);
-    if host.holds(&key).is_ok() && (host.is_shared(&key) || host.engine(|e| e.head_is_shared(name)))
+    // Shared holds, or a shared request at the head of the queue (of a lock
+    // that is not some other type's key): the shared rule serves it.
+    if host.is_shared(&key)
+        || (host.engine(|e| e.head_is_shared(name)) && host.current(&key).is_ok())
     {
         return serve_shared(host, key, name);
     }

@@ -22,8 +22,20 @@ fn acquire(conn: &mut redis::Connection, key: &str, owner: &str, ttl: i64, opts:
 
 /// A blocking `LOCK.ACQUIRE … [options] WAIT 10000` from a thread of its own.
 fn wait_shared(server: &Server, key: &str, owner: &str, opts: &[&str]) -> JoinHandle<Reply> {
+    wait_shared_for(server, key, owner, LONG, opts)
+}
+
+/// [`wait_shared`] with a lease of `ttl` ms.
+fn wait_shared_for(
+    server: &Server,
+    key: &str,
+    owner: &str,
+    ttl: i64,
+    opts: &[&str],
+) -> JoinHandle<Reply> {
     let mut conn = server.conn();
-    let mut args: Vec<String> = ["LOCK.ACQUIRE", key, owner, "600000"]
+    let ttl = ttl.to_string();
+    let mut args: Vec<String> = ["LOCK.ACQUIRE", key, owner, ttl.as_str()]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -387,4 +399,39 @@ fn holders_survive_reload_aof_restart_and_dump_restore() {
         .query::<()>(&mut c)
         .expect("restore");
     assert_eq!(state(&server, "t"), want, "a restored copy");
+}
+
+#[test]
+fn the_quarantine_begins_no_hold_of_either_mode_and_serves_readers_together_after() {
+    let server = Server::builder().config("lock.max-ttl", 1_000).start();
+    let mut c = server.conn();
+    assert!(
+        server.info_int("lock", "lock_quarantine_ms") > 0,
+        "a start quarantine"
+    );
+    assert_eq!(
+        acquire(&mut c, "qr", "a", 1_000, &["SHARED"]),
+        Ok(Value::Nil)
+    );
+    assert_eq!(
+        acquire(&mut c, "qr", "a", 1_000, &["SHARED", "LIMIT", "2"]),
+        Ok(Value::Nil)
+    );
+    assert_eq!(server.lock_info("qr"), None);
+    let readers = ["r1", "r2"].map(|owner| {
+        let handle = wait_shared_for(&server, "qr", owner, 1_000, &["SHARED"]);
+        wait_until("it waits", SOON, || {
+            server.info_int("lock", "lock_waiting") as usize >= owner[1..].parse().unwrap()
+        });
+        handle
+    });
+    assert!(
+        readers.iter().all(|r| !r.is_finished()),
+        "nothing granted in quarantine"
+    );
+    for reader in readers {
+        fence_of(&reader.join().expect("reader"));
+    }
+    assert_eq!(server.info_int("lock", "lock_quarantine_ms"), 0);
+    assert_eq!(holders(&server, "qr"), ["r1", "r2"]);
 }
