@@ -893,10 +893,35 @@ fn hand_over<H: Host>(
 /// another connection) is in use, and stays.
 fn revoke<H: Host>(host: &mut H, grant: &InFlight) {
     let key = host.open_name(&grant.name, false);
+    if host.is_shared(&key) {
+        return revoke_shared(host, key, grant);
+    }
     let current = host.current(&key).ok().flatten();
     if lock::revocable(current, &grant.owner, grant.fence) {
         delete_and_serve(host, key, &grant.name);
     }
+}
+
+/// [`revoke`] of a shared grant: that owner's share ends if it is still
+/// exactly the grant (same fence, count 1); the other holders keep theirs.
+fn revoke_shared<H: Host>(host: &mut H, mut key: H::Key, grant: &InFlight) {
+    let now = host.key_now(&key);
+    let Ok(Some(mut holds)) = host.holds(&key) else {
+        return;
+    };
+    let untouched = holds
+        .of(&grant.owner, now)
+        .is_some_and(|h| h.hold.fence == grant.fence && h.hold.count == 1);
+    if !untouched || holds.release(&grant.owner, true, now).is_err() {
+        return;
+    }
+    holds.drop_ended(now);
+    if holds.holders().is_empty() {
+        return delete_and_serve(host, key, &grant.name);
+    }
+    host.write_holds(&mut key, holds, Event::Release);
+    drop(key);
+    serve(host, &grant.name, false);
 }
 
 /// Deletes the lock in `key` (as `DEL` would) and serves `name`'s next waiter.

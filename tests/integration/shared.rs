@@ -435,3 +435,58 @@ fn the_quarantine_begins_no_hold_of_either_mode_and_serves_readers_together_afte
     assert_eq!(server.info_int("lock", "lock_quarantine_ms"), 0);
     assert_eq!(holders(&server, "qr"), ["r1", "r2"]);
 }
+
+/// A shared grant its client never heard of is taken back before the next
+/// command runs: one `MULTI` releases a writer's hold (granting it to a
+/// waiting reader), unblocks that reader with `ERROR`, then reads the lock,
+/// which must show no reader: the reader was told `UNBLOCKED`.
+#[test]
+fn a_shared_grant_cut_by_unblock_error_is_gone_for_the_very_next_command() {
+    let server = Server::start();
+    let mut alice = server.conn();
+    fence_of(&acquire(&mut alice, "k", "reader-0", LONG, &["SHARED"]));
+    fence_of(&acquire(&mut alice, "w", "alice", LONG, &[]));
+    for (key, first) in [("k", "reader-0"), ("w", "alice")] {
+        let mut bob = server.conn();
+        let id = bob.int(&["CLIENT", "ID"]).to_string();
+        // A writer waits behind reader-0 on `k`, so bob queues behind it.
+        let blocker = (key == "k").then(|| wait_shared(&server, "k", "writer", &[]));
+        let before = if key == "k" { 1 } else { 0 };
+        wait_until("the blocker waits", SOON, || {
+            waiters(&server, key) == before
+        });
+        let wait = ["LOCK.ACQUIRE", key, "bob", "600000", "SHARED", "WAIT", "0"];
+        bob.send_packed_command(&redis::cmd(wait[0]).arg(&wait[1..]).get_packed_command())
+            .expect("send bob's wait");
+        wait_until("bob waits", SOON, || waiters(&server, key) == before + 1);
+        if let Some(blocker) = blocker {
+            // The writer goes first, then releases inside the MULTI below.
+            alice.call(&["LOCK.RELEASE", key, first]).expect("release");
+            fence_of(&blocker.join().expect("writer"));
+        }
+        let holder = if key == "k" { "writer" } else { first };
+        let replies: Vec<Value> = redis::pipe()
+            .atomic()
+            .cmd("LOCK.RELEASE")
+            .arg(&[key, holder])
+            .cmd("CLIENT")
+            .arg(&["UNBLOCK", &id, "ERROR"])
+            .cmd("LOCK.INFO")
+            .arg(key)
+            .query(&mut alice)
+            .expect("the MULTI");
+        assert_eq!(replies[0], Value::Int(0), "{key}: LOCK.RELEASE");
+        assert_eq!(replies[1], Value::Int(1), "{key}: CLIENT UNBLOCK");
+        assert_eq!(
+            replies[2],
+            Value::Nil,
+            "{key}: read after bob was told UNBLOCKED"
+        );
+        let told = bob.recv_response();
+        assert!(
+            matches!(&told, Ok(Value::ServerError(e)) if e.code() == "UNBLOCKED"),
+            "{key}: bob's wait replied {told:?}"
+        );
+        assert_eq!(server.lock_info(key), None, "{key} after the MULTI");
+    }
+}
