@@ -5,7 +5,7 @@
 //! or park waiters — is [`crate::orchestrate`], run against the server
 //! ([`Server`]); a handler parses, calls it and replies. Errors travel as [`LockError`] and become replies in [`run`].
 
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_long};
 
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
@@ -14,6 +14,7 @@ use crate::error::LockError;
 use crate::ffi::key::{Access, Lease, LockKey};
 use crate::ffi::waiting::{self, Server};
 use crate::ffi::{config, guard, now_ms, partition, Args};
+use crate::holds::Mode;
 use crate::orchestrate::{self, Acquired};
 use crate::{fence, lock, stats};
 
@@ -28,8 +29,14 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut host = Server::new(ctx);
-        let acquired =
-            orchestrate::acquire(&mut host, &key_name, req.owner, req.ttl_ms, req.wait_ms)?;
+        let acquired = orchestrate::acquire(
+            &mut host,
+            &key_name,
+            req.owner,
+            req.mode,
+            req.ttl_ms,
+            req.wait_ms,
+        )?;
         Ok(match acquired {
             Acquired::Held(hold) => integer(hold.fence),
             Acquired::Nil => RedisValue::Null,
@@ -80,8 +87,18 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        let hold = lock::fence(key.current()?, req.owner, req.min_fence, key.now())?;
-        key.apply(req.owner, hold, Lease::Kept);
+        let hold = if key.is_shared() {
+            let now = key.now();
+            let mut holds = key.holds()?.unwrap_or_default();
+            let hold = holds.fence(req.owner, req.min_fence, now)?;
+            holds.drop_ended(now);
+            key.store_holds(holds);
+            hold
+        } else {
+            let hold = lock::fence(key.current()?, req.owner, req.min_fence, key.now())?;
+            key.apply(req.owner, hold, Lease::Kept);
+            hold
+        };
         // Replicas and the AOF raise their counter as they apply it
         // (`LOCK.APPLY` observes the fence it carries).
         fence::observe(hold.fence);
@@ -91,31 +108,65 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
     })
 }
 
-/// `LOCK.INFO key` → nil if free; else owner, count, fence, ttl, waiters
-/// (a map under RESP3, a flat array under RESP2; fields in this order).
+/// `LOCK.INFO key` → nil if free; else owner, count, fence, ttl, waiters,
+/// mode, limit and holders (a map under RESP3, a flat array under RESP2;
+/// fields in this order). A shared lock shows no owner, its number of
+/// owners as the count, their highest fence and the key's TTL.
 pub fn info(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.INFO", input, |argv| {
         args::parse_info(argv)?;
         let key_name = input.key()?;
         let key = LockKey::open(ctx, &key_name, Access::Read);
         let now = key.now();
-        let Some(lock) = key.current()?.filter(|lock| lock.is_live(now)) else {
+        let Some(holds) = key.holds()?.filter(|holds| !holds.is_free(now)) else {
             return Ok(RedisValue::Null);
         };
-        let ttl = lock.hold.expires_at - now;
+        let live: Vec<_> = holds.live(now).collect();
+        let latest = live.iter().map(|h| h.hold.expires_at).max().unwrap_or(now);
+        let (owner, count, fence, mode, limit) = match holds.mode() {
+            Mode::Exclusive => {
+                let one = live[0];
+                let owner = RedisValue::StringBuffer(one.owner.clone());
+                (owner, one.hold.count, one.hold.fence, "exclusive", 0)
+            }
+            Mode::Shared { limit } => {
+                let fence = live.iter().map(|h| h.hold.fence).max().unwrap_or(0);
+                let limit = limit.map_or(0, u64::from);
+                (RedisValue::Null, live.len() as u64, fence, "shared", limit)
+            }
+        };
         let fields = [
-            ("owner", RedisValue::StringBuffer(lock.owner.to_vec())),
-            ("count", integer(lock.hold.count)),
-            ("fence", integer(lock.hold.fence)),
-            ("ttl", integer(ttl)),
+            ("owner", owner),
+            ("count", integer(count)),
+            ("fence", integer(fence)),
+            ("ttl", integer(latest - now)),
             ("waiters", integer(waiting::waiters(ctx, &key_name) as u64)),
+            ("mode", RedisValue::SimpleStringStatic(mode)),
+            ("limit", integer(limit)),
         ];
         // The crate's map replies do not keep field order, so reply by hand;
         // Redis turns a map into a flat array for RESP2 clients.
-        raw::reply_with_map(ctx.ctx, fields.len() as _);
+        raw::reply_with_map(ctx.ctx, fields.len() as c_long + 1);
         for (name, value) in fields {
             ctx.reply(Ok(RedisValue::SimpleStringStatic(name)));
             ctx.reply(Ok(value));
+        }
+        ctx.reply(Ok(RedisValue::SimpleStringStatic("holders")));
+        raw::reply_with_array(ctx.ctx, live.len() as c_long);
+        for holder in live {
+            let entry = [
+                ("owner", RedisValue::StringBuffer(holder.owner.clone())),
+                ("count", integer(holder.hold.count)),
+                ("fence", integer(holder.hold.fence)),
+                ("ttl", integer(holder.hold.expires_at - now)),
+                ("held", integer(now.saturating_sub(holder.since))),
+                ("ephemeral", integer(0)),
+            ];
+            raw::reply_with_map(ctx.ctx, entry.len() as c_long);
+            for (name, value) in entry {
+                ctx.reply(Ok(RedisValue::SimpleStringStatic(name)));
+                ctx.reply(Ok(value));
+            }
         }
         Ok(RedisValue::NoReply)
     })
@@ -136,6 +187,15 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
         if let Some(lease) = args::parse_apply_lease(argv) {
             let lease = lease?;
             LockKey::open(ctx, &key_name, Access::Write).move_lease(lease);
+            ctx.replicate_verbatim();
+            return Ok(RedisValue::SimpleStringStatic("OK"));
+        }
+        if let Some(holds) = args::parse_apply_shared(argv) {
+            let holds = holds?;
+            for holder in holds.holders() {
+                fence::observe(holder.hold.fence);
+            }
+            LockKey::open(ctx, &key_name, Access::Write).store_applied(holds);
             ctx.replicate_verbatim();
             return Ok(RedisValue::SimpleStringStatic("OK"));
         }

@@ -13,20 +13,24 @@
 //! | [`commands`] | one handler per command: parse → call the core → reply | safe API |
 //! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`orchestrate`] and blocked clients (`ffi::waiting`), events, configs, the quarantine clock | `unsafe` |
 //!
-//! A lock is a key whose value is the module type `redislock` (owner, count,
-//! fence, lease end) in one allocation; the lease is mirrored as the key's
-//! TTL and put back if another command changes it. Every change the master
-//! makes goes to replicas and the AOF as `LOCK.APPLY key owner count fence
-//! PXAT ms` (a renewal, whose lease alone moves, as `LOCK.APPLY key PXAT
-//! ms`), so they store the master's decision instead of deciding again
-//! (and the fence counter, when an AOF rewrite would lose it, as
-//! `LOCK.LASTFENCE`).
+//! A lock is a key whose value is the module type `redislock`: held
+//! exclusively, its owner, count, fence, lease end and start in one
+//! allocation; held shared, each holder's. The lease (the latest one of a
+//! shared lock) is mirrored as the key's TTL and put back if another
+//! command changes it. Every change the master makes goes to replicas and
+//! the AOF as `LOCK.APPLY key owner count fence PXAT ms` (a renewal, whose
+//! lease alone moves, as `LOCK.APPLY key PXAT ms`; a shared lock's whole
+//! state as `LOCK.APPLY key SHARED limit` and each holder's `owner count
+//! fence lease since`), so they store the master's decision instead of
+//! deciding again (and the fence counter, when an AOF rewrite would lose
+//! it, as `LOCK.LASTFENCE`).
 
 pub mod commands;
 pub mod ffi;
 
 pub use redislock_core::{
-    args, cluster, error, fence, handoff, lock, orchestrate, partition, quarantine, queue, stats,
+    args, cluster, error, fence, handoff, holds, lock, orchestrate, partition, quarantine, queue,
+    shared_queue, stats,
 };
 
 // Unit tests run without Redis, so they use the system allocator and skip

@@ -6,15 +6,18 @@
 //! name, index 1 the key (the glue opens it), so parsers look from index 2.
 
 use crate::error::LockError;
-pub use crate::limits::{FENCE_AHEAD_MS, MAX_MS, MAX_OWNER_LEN};
+use crate::holds::Mode;
+pub use crate::limits::{FENCE_AHEAD_MS, MAX_LIMIT, MAX_MS, MAX_OWNER_LEN};
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub owner: &'a [u8],
     pub ttl_ms: u64,
     /// `Some(0)`: wait without limit.
     pub wait_ms: Option<u64>,
+    /// Exclusive, or `SHARED` (with its `LIMIT`, if any).
+    pub mode: Mode,
 }
 
 /// `LOCK.REENTER key owner [ttl-ms]`
@@ -76,17 +79,42 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
     let [_, _, owner, ttl, rest @ ..] = args else {
         return Err(LockError::WrongArity);
     };
-    let wait = match rest {
-        [] => None,
-        [word, timeout] if is_word(word, "WAIT") => Some(timeout),
-        _ => return Err(LockError::Syntax),
-    };
+    // The options, in any order, each at most once; their values are
+    // checked only once the whole grammar is known to fit.
+    let (mut wait, mut shared, mut limit) = (None, false, None);
+    let mut rest = rest;
+    while let [word, tail @ ..] = rest {
+        rest = match tail {
+            [value, tail @ ..] if is_word(word, "WAIT") && wait.is_none() => {
+                wait = Some(value);
+                tail
+            }
+            [value, tail @ ..] if is_word(word, "LIMIT") && limit.is_none() => {
+                limit = Some(value);
+                tail
+            }
+            _ if is_word(word, "SHARED") && !shared => {
+                shared = true;
+                tail
+            }
+            _ => return Err(LockError::Syntax),
+        };
+    }
+    if limit.is_some() && !shared {
+        return Err(LockError::Syntax);
+    }
     let ttl_ms = parse_ttl(ttl, max_ttl)?;
     let wait_ms = wait.map(parse_timeout).transpose()?;
+    let limit = limit.map(parse_limit).transpose()?;
     Ok(Acquire {
         owner: parse_owner(owner)?,
         ttl_ms,
         wait_ms,
+        mode: if shared {
+            Mode::Shared { limit }
+        } else {
+            Mode::Exclusive
+        },
     })
 }
 
@@ -201,6 +229,52 @@ pub fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockE
     )
 }
 
+/// The shared form `LOCK.APPLY key SHARED limit owner count fence lease
+/// since [owner count fence lease since …]` (internal: replication and AOF):
+/// the whole state of a lock held shared, oldest hold first; `limit` 0 for
+/// none. `None` for any other shape (the other forms have at most five
+/// arguments after the key, this one at least seven).
+pub fn parse_apply_shared<A: AsRef<[u8]>>(
+    args: &[A],
+) -> Option<Result<crate::holds::Holds, LockError>> {
+    let [_, _, word, limit, holders @ ..] = args else {
+        return None;
+    };
+    if !is_word(word, "SHARED") || holders.is_empty() || holders.len() % 5 != 0 {
+        return None;
+    }
+    let parse = || {
+        let limit = parse_int(limit)
+            .filter(|&n| n <= MAX_LIMIT)
+            .ok_or(LockError::BadNumber)?;
+        let positive = |arg: &A| {
+            parse_int(arg)
+                .filter(|&n| n >= 1)
+                .ok_or(LockError::BadNumber)
+        };
+        let holders = holders
+            .chunks_exact(5)
+            .map(|h| {
+                Ok(crate::holds::Holder {
+                    owner: parse_owner(&h[0])?.to_vec(),
+                    hold: crate::lock::Hold {
+                        count: positive(&h[1])?,
+                        fence: positive(&h[2])?,
+                        expires_at: positive(&h[3])?,
+                    },
+                    since: parse_int(&h[4]).ok_or(LockError::BadNumber)?,
+                })
+            })
+            .collect::<Result<Vec<_>, LockError>>()?;
+        let limit = u32::try_from(limit).ok().filter(|&n| n > 0);
+        Ok(crate::holds::Holds::from_parts(
+            Mode::Shared { limit },
+            holders,
+        ))
+    };
+    Some(parse())
+}
+
 /// `LOCK.LASTFENCE fence` (internal: the AOF after a rewrite, replication)
 /// → the fence counter to observe, `1..=2^63-1`.
 pub fn parse_last_fence<A: AsRef<[u8]>>(args: &[A]) -> Result<u64, LockError> {
@@ -227,6 +301,14 @@ fn parse_timeout<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
     parse_int(arg)
         .filter(|&ms| ms <= MAX_MS)
         .ok_or(LockError::BadTimeout)
+}
+
+/// A `LIMIT`: `1..=1,000,000` owners.
+fn parse_limit<A: AsRef<[u8]>>(arg: &A) -> Result<u32, LockError> {
+    parse_int(arg)
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or(LockError::BadLimit)
 }
 
 fn parse_owner<A: AsRef<[u8]>>(arg: &A) -> Result<&[u8], LockError> {
@@ -275,7 +357,8 @@ mod tests {
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
-                wait_ms: None
+                wait_ms: None,
+                mode: Mode::Exclusive,
             })
         );
         let a = v("lock.acquire k o 100 wait 0");
@@ -284,9 +367,124 @@ mod tests {
             Ok(Acquire {
                 owner: b"o",
                 ttl_ms: 100,
-                wait_ms: Some(0)
+                wait_ms: Some(0),
+                mode: Mode::Exclusive,
             })
         );
+    }
+
+    #[test]
+    fn acquire_options_come_in_any_order_each_once() {
+        const R: Mode = Mode::READ;
+        const SEM3: Mode = Mode::Shared { limit: Some(3) };
+        /// The mode and wait parsed, or the error.
+        type Parsed = Result<(Mode, Option<u64>), LockError>;
+        // (arguments after `ttl-ms`, expected)
+        let table: [(&str, Parsed); 24] = [
+            ("", Ok((Mode::Exclusive, None))),
+            ("SHARED", Ok((R, None))),
+            ("shared", Ok((R, None))),
+            ("SHARED LIMIT 3", Ok((SEM3, None))),
+            ("LIMIT 3 SHARED", Ok((SEM3, None))),
+            ("SHARED WAIT 5", Ok((R, Some(5)))),
+            ("WAIT 5 SHARED", Ok((R, Some(5)))),
+            ("WAIT 5 SHARED LIMIT 3", Ok((SEM3, Some(5)))),
+            ("LIMIT 3 WAIT 0 SHARED", Ok((SEM3, Some(0)))),
+            (
+                "SHARED limit 1000000",
+                Ok((
+                    Mode::Shared {
+                        limit: Some(1_000_000),
+                    },
+                    None,
+                )),
+            ),
+            ("LIMIT 3", Err(Syntax)),
+            ("WAIT 5 LIMIT 3", Err(Syntax)),
+            ("SHARED LIMIT", Err(Syntax)),
+            ("SHARED WAIT", Err(Syntax)),
+            ("SHARED SHARED", Err(Syntax)),
+            ("SHARED LIMIT 3 LIMIT 3", Err(Syntax)),
+            ("WAIT 1 WAIT 1", Err(Syntax)),
+            ("SHARED EPHEMERAL", Err(Syntax)),
+            ("EPHEMERAL", Err(Syntax)),
+            ("SHARED LIMIT 0", Err(BadLimit)),
+            ("SHARED LIMIT 1000001", Err(BadLimit)),
+            ("SHARED LIMIT -1", Err(BadLimit)),
+            ("SHARED LIMIT x", Err(BadLimit)),
+            ("SHARED LIMIT 3 WAIT x", Err(BadTimeout)),
+        ];
+        for (options, expected) in table {
+            let line = format!("LOCK.ACQUIRE k o 100 {options}");
+            let argv = v(line.trim_end());
+            let got = parse_acquire(&argv, 0).map(|a| (a.mode, a.wait_ms));
+            assert_eq!(got, expected, "{line}");
+        }
+        // A bad ttl is reported before a bad limit, a bad owner after it.
+        let argv = v("LOCK.ACQUIRE k o 0 SHARED LIMIT 0");
+        assert_eq!(parse_acquire(&argv, 0), Err(BadTtl));
+        let argv = vec![
+            b"LOCK.ACQUIRE".to_vec(),
+            b"k".to_vec(),
+            Vec::new(),
+            b"1".to_vec(),
+            b"SHARED".to_vec(),
+            b"LIMIT".to_vec(),
+            b"0".to_vec(),
+        ];
+        assert_eq!(parse_acquire(&argv, 0), Err(BadLimit));
+    }
+
+    #[test]
+    fn apply_reads_the_shared_form_and_leaves_the_others_alone() {
+        let argv = v("LOCK.APPLY k SHARED 3 a 1 10 500 100 b 2 11 600 101");
+        let holds = parse_apply_shared(&argv)
+            .expect("the shared form")
+            .expect("valid");
+        assert_eq!(holds.mode(), Mode::Shared { limit: Some(3) });
+        let got: Vec<_> = holds
+            .holders()
+            .iter()
+            .map(|h| {
+                (
+                    h.owner.clone(),
+                    h.hold.count,
+                    h.hold.fence,
+                    h.hold.expires_at,
+                    h.since,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (b"a".to_vec(), 1, 10, 500, 100),
+                (b"b".to_vec(), 2, 11, 600, 101)
+            ]
+        );
+        let argv = v("LOCK.APPLY k SHARED 0 a 1 10 500 100");
+        let holds = parse_apply_shared(&argv).unwrap().unwrap();
+        assert_eq!(holds.mode(), Mode::READ);
+        // The older forms, an owner named SHARED included, are not this one.
+        for line in [
+            "LOCK.APPLY k SHARED 1 2",
+            "LOCK.APPLY k SHARED 1 2 PXAT 5",
+            "LOCK.APPLY k PXAT 5",
+            "LOCK.APPLY k SHARED 0 a 1 10 500",
+        ] {
+            assert!(parse_apply_shared(&v(line)).is_none(), "{line}");
+        }
+        for line in [
+            "LOCK.APPLY k SHARED 0 a 0 10 500 100",
+            "LOCK.APPLY k SHARED x a 1 10 500 100",
+            "LOCK.APPLY k SHARED 1000001 a 1 10 500 100",
+        ] {
+            assert_eq!(
+                parse_apply_shared(&v(line)).map(|r| r.err()),
+                Some(Some(BadNumber)),
+                "{line}"
+            );
+        }
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub enum LockError {
     TtlAboveMax,
     /// `timeout-ms` is not an integer in `0..=2^40`.
     BadTimeout,
+    /// `LIMIT` is not an integer in `1..=1,000,000`.
+    BadLimit,
     /// `min-fence` is not an integer in `1..=(unix_ms + 1 hour) × 2^20`.
     BadFence,
     /// An internal-command integer (count, fence, expiry) is out of range.
@@ -60,6 +62,7 @@ impl LockError {
             LockError::BadTtl => TTL_MESSAGE,
             LockError::TtlAboveMax => "ERR ttl-ms is above lock.max-ttl (CONFIG GET lock.max-ttl)",
             LockError::BadTimeout => TIMEOUT_MESSAGE,
+            LockError::BadLimit => LIMIT_MESSAGE,
             LockError::BadFence => FENCE_MESSAGE,
             LockError::BadNumber => "ERR value is not an integer or out of range",
             LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",
@@ -86,8 +89,10 @@ impl LockError {
 // Kept as consts so the bound printed is the bound enforced.
 const TTL_MESSAGE: &str = "ERR ttl-ms must be an integer from 1 to 1099511627776";
 const TIMEOUT_MESSAGE: &str = "ERR timeout-ms must be an integer from 0 to 1099511627776";
+const LIMIT_MESSAGE: &str = "ERR LIMIT must be an integer from 1 to 1000000";
 const FENCE_MESSAGE: &str =
     "ERR min-fence must be an integer from 1 to (unix_ms + 3600000) * 2^20 of the server clock";
 const _: () = assert!(FENCE_AHEAD_MS == 3_600_000);
 const _: () = assert!(crate::fence::CLOCK_SHIFT == 20);
+const _: () = assert!(crate::limits::MAX_LIMIT == 1_000_000);
 const _: () = assert!(MAX_MS == 1_099_511_627_776);

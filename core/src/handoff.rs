@@ -26,6 +26,7 @@
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
+use crate::holds::Mode;
 use crate::lock;
 use crate::queue::{IdMap, LockName, NameMap, NameSet, WaitQueues};
 
@@ -48,6 +49,8 @@ pub const REPLICAS_RETRY_MS: u64 = 10;
 pub struct Waiter<H> {
     pub owner: Vec<u8>,
     pub ttl_ms: u64,
+    /// Exclusive, or shared (with its limit).
+    pub mode: Mode,
     pub handle: H,
 }
 
@@ -234,6 +237,44 @@ impl<H> Engine<H> {
         self.queues.names_in(db)
     }
 
+    /// Whether a shared request is at the head of `name`'s queue: the queue
+    /// is then served by the shared rule ([`crate::shared_queue::serve`]).
+    pub fn head_is_shared(&self, name: &LockName) -> bool {
+        self.queues
+            .iter(name)
+            .next()
+            .is_some_and(|(_, w)| w.mode != Mode::Exclusive)
+    }
+
+    /// Whether a shared request waits on `name`.
+    pub fn any_shared_waiting(&self, name: &LockName) -> bool {
+        self.waiting_shared_mode(name).is_some()
+    }
+
+    /// The mode of the first shared request waiting on `name`, if any.
+    pub fn waiting_shared_mode(&self, name: &LockName) -> Option<Mode> {
+        self.queues
+            .iter(name)
+            .map(|(_, w)| w.mode)
+            .find(|mode| *mode != Mode::Exclusive)
+    }
+
+    /// The requests waiting on `name`, oldest first, as the shared rule
+    /// reads them: (id, owner, mode, ttl capped at `lease_cap`).
+    pub fn requests(
+        &self,
+        name: &LockName,
+        lease_cap: Option<u64>,
+    ) -> Vec<(u64, Vec<u8>, Mode, u64)> {
+        self.queues
+            .iter(name)
+            .map(|(id, w)| {
+                let ttl = lease_cap.map_or(w.ttl_ms, |cap| w.ttl_ms.min(cap));
+                (id, w.owner.clone(), w.mode, ttl)
+            })
+            .collect()
+    }
+
     /// Whether client `id` was granted a lock whose reply it has not had.
     pub fn is_in_flight(&self, id: u64) -> bool {
         self.in_flight.contains_key(&id)
@@ -328,6 +369,13 @@ impl<H> Engine<H> {
         if !self.queues.has_waiters(name) {
             return None;
         }
+        self.arm_lease_check(name.clone(), until, now)
+    }
+
+    /// A shared hold of `name` runs through `until`, before the lock's
+    /// last lease (the key's TTL): check it then whether or not clients
+    /// wait, so that its share ends on time.
+    pub fn hold_ends(&mut self, name: &LockName, until: u64, now: u64) -> Option<Timer> {
         self.arm_lease_check(name.clone(), until, now)
     }
 
@@ -566,6 +614,7 @@ mod tests {
         Waiter {
             owner: format!("w{id}").into_bytes(),
             ttl_ms: 100,
+            mode: Mode::Exclusive,
             handle: Handle(id),
         }
     }

@@ -286,7 +286,10 @@ impl Holds {
 }
 
 fn increment(count: u64) -> Result<u64, LockError> {
-    count.checked_add(1).ok_or(LockError::CountOverflow)
+    count
+        .checked_add(1)
+        .filter(|&c| c <= crate::limits::MAX_COUNT)
+        .ok_or(LockError::CountOverflow)
 }
 
 #[cfg(test)]

@@ -220,11 +220,11 @@ pub fn ttl_fix(stored_lease: u64, key_expiry: Option<u64>, now_ms: u64) -> TtlFi
     }
 }
 
-/// Count + 1, refusing to wrap (counts are replied as signed integers).
+/// Count + 1, refusing to pass the largest count a lock value stores.
 fn increment(count: u64) -> Result<u64, LockError> {
     count
         .checked_add(1)
-        .filter(|&c| c <= i64::MAX as u64)
+        .filter(|&c| c <= crate::limits::MAX_COUNT)
         .ok_or(LockError::CountOverflow)
 }
 
@@ -448,7 +448,7 @@ mod tests {
 
     #[test]
     fn count_never_wraps() {
-        let cur = lock("a", i64::MAX as u64, NOW + 5);
+        let cur = lock("a", crate::limits::MAX_COUNT, NOW + 5);
         assert_eq!(reenter(cur, b"a", None, NOW), Err(LockError::CountOverflow));
         assert_eq!(
             acquire(cur, b"a", 5, NOW, Barriers::NONE, no_fence),

@@ -17,8 +17,10 @@ use crate::error::LockError;
 use crate::handoff::{
     self, Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter,
 };
+use crate::holds::{self, Holds, Mode};
 use crate::lock::{self, Acquire, Barriers, Hold, Lock, TtlFix};
 use crate::queue::LockName;
+use crate::shared_queue::{self, Answer, Request};
 use crate::stats;
 
 /// Whether a change moves the hold's lease (and so the key's TTL).
@@ -124,6 +126,37 @@ pub trait Host {
     fn expires_at(&self, key: &Self::Key) -> Option<u64>;
     /// The stored lease end of the lock in the key (`None`: no lock).
     fn stored_lease(&self, key: &Self::Key) -> Option<u64>;
+    /// The holds in the key, of either mode, each ending at the earlier of
+    /// its lease and the key's expiry: `None` if free, `WRONGTYPE` for
+    /// another type. (A host that stores only exclusive holds shows its
+    /// lock as one holder.)
+    fn holds(&self, key: &Self::Key) -> Result<Option<Holds>, LockError> {
+        Ok(self.current(key)?.map(|lock| {
+            let holder = holds::Holder {
+                owner: lock.owner.to_vec(),
+                hold: lock.hold,
+                since: 0,
+            };
+            Holds::from_parts(Mode::Exclusive, vec![holder])
+        }))
+    }
+    /// Whether the key holds a shared lock.
+    fn is_shared(&self, _key: &Self::Key) -> bool {
+        false
+    }
+    /// Stores `holds` (replicating the whole state; the key goes when none
+    /// is left), then announces `event`. The default, for a host that
+    /// stores only exclusive holds, writes the one holder or removes it.
+    fn write_holds(&mut self, key: &mut Self::Key, holds: Holds, event: Event) {
+        match (holds.mode(), holds.holders()) {
+            (_, []) => self.remove(key, Removal::Released),
+            (Mode::Exclusive, [one]) => {
+                let owner = one.owner.clone();
+                self.write(key, &owner, one.hold, Lease::Moved, event);
+            }
+            _ => {}
+        }
+    }
     /// Stores `owner`'s `hold` (and replicates it), then announces `event`.
     fn write(&mut self, key: &mut Self::Key, owner: &[u8], hold: Hold, lease: Lease, event: Event);
     /// Deletes the lock (and replicates that), announced as `how` says.
@@ -194,6 +227,7 @@ pub fn acquire<H: Host>(
     host: &mut H,
     target: &H::Target,
     owner: &[u8],
+    mode: Mode,
     ttl_ms: u64,
     wait_ms: Option<u64>,
 ) -> Result<Acquired, LockError> {
@@ -204,6 +238,10 @@ pub fn acquire<H: Host>(
         serve(host, name, true);
     }
     let mut key = host.open(target);
+    if mode != Mode::Exclusive || host.is_shared(&key) {
+        let request = (owner, mode, ttl_ms, wait_ms);
+        return acquire_shared(host, target, key, waiting, request);
+    }
     let now = host.key_now(&key);
     let current = host.current(&key)?;
     let holder_until = current
@@ -242,7 +280,8 @@ pub fn acquire<H: Host>(
             Some(timeout) if host.can_block() => {
                 drop(key);
                 let name = waiting.unwrap_or_else(|| host.lock_name(target));
-                if !park(host, &name, owner, ttl_ms, timeout, holder_until) {
+                let request = (owner, Mode::Exclusive, ttl_ms);
+                if !park(host, &name, request, timeout, holder_until) {
                     return Ok(Acquired::Nil);
                 }
                 if free {
@@ -257,6 +296,127 @@ pub fn acquire<H: Host>(
     }
 }
 
+/// `LOCK.ACQUIRE` where shared holds are involved: a shared request, or
+/// any request on a lock held shared. The same steps as for an exclusive
+/// one, decided over the lock's holds ([`Holds::acquire`]).
+fn acquire_shared<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    mut key: H::Key,
+    waiting: Option<LockName>,
+    (owner, mode, ttl_ms, wait_ms): (&[u8], Mode, u64, Option<u64>),
+) -> Result<Acquired, LockError> {
+    let now = host.key_now(&key);
+    let mut holds = host.holds(&key)?.unwrap_or_default();
+    let (waiters, waiting_mode) = match &waiting {
+        Some(name) => host.engine(|e| (e.has_waiters(name), e.waiting_shared_mode(name))),
+        None => (false, None),
+    };
+    let barriers = Barriers {
+        waiters,
+        quarantined: host.quarantined(),
+    };
+    let decision = holds.acquire(owner, mode, ttl_ms, now, barriers, waiting_mode, || {
+        host.issue_fence(now)
+    })?;
+    match decision {
+        holds::Acquire::Fresh(hold) => {
+            holds.drop_ended(now);
+            let ends = shared_hold_ends(&holds);
+            host.write_holds(&mut key, holds, Event::Acquire);
+            drop(key);
+            stats::ACQUIRED.incr();
+            check_hold_end(host, target, waiting.as_ref(), ends, now);
+            Ok(Acquired::Held(hold))
+        }
+        holds::Acquire::Reentered(hold) => {
+            holds.drop_ended(now);
+            let earliest = holds.earliest_lease();
+            let ends = shared_hold_ends(&holds);
+            host.write_holds(&mut key, holds, Event::Reenter);
+            drop(key);
+            stats::REENTERED.incr();
+            owner_active(host, target, owner);
+            if let Some(at) = earliest {
+                lease_changed(host, target, at);
+            }
+            check_hold_end(host, target, waiting.as_ref(), ends, now);
+            Ok(Acquired::Held(hold))
+        }
+        holds::Acquire::Busy => match wait_ms {
+            Some(timeout) if host.can_block() => {
+                drop(key);
+                let earliest = holds.live(now).map(|h| h.hold.expires_at).min();
+                let name = waiting.unwrap_or_else(|| host.lock_name(target));
+                if !park(host, &name, (owner, mode, ttl_ms), timeout, earliest) {
+                    return Ok(Acquired::Nil);
+                }
+                if earliest.is_none() {
+                    // Free but not grantable now (quarantine): served when
+                    // the gate opens.
+                    serve(host, &name, true);
+                }
+                Ok(Acquired::Parked)
+            }
+            _ => Ok(Acquired::Nil),
+        },
+    }
+}
+
+/// A command on the caller's own hold of a lock held shared: `change`
+/// decides over the holds, which are stored (the key goes with the last
+/// hold), then the queue is served, as holds may have ended.
+fn on_shared_hold<H: Host, R>(
+    host: &mut H,
+    target: &H::Target,
+    mut key: H::Key,
+    owner: &[u8],
+    event: Event,
+    change: impl FnOnce(&mut Holds, u64) -> Result<R, LockError>,
+) -> Result<R, LockError> {
+    let now = host.key_now(&key);
+    let mut holds = host.holds(&key)?.unwrap_or_default();
+    let result = change(&mut holds, now)?;
+    holds.drop_ended(now);
+    let ends = shared_hold_ends(&holds);
+    host.write_holds(&mut key, holds, event);
+    drop(key);
+    owner_active(host, target, owner);
+    let waiting = waiting_on(host, target);
+    if let Some(name) = &waiting {
+        serve(host, name, true);
+    }
+    check_hold_end(host, target, waiting.as_ref(), ends, now);
+    Ok(result)
+}
+
+/// When the first of several shared holds ends, if before the others (the
+/// key's TTL ends the last): a check is due then.
+fn shared_hold_ends(holds: &Holds) -> Option<u64> {
+    if holds.mode() == Mode::Exclusive {
+        return None;
+    }
+    let (first, last) = (holds.earliest_lease()?, holds.latest_lease()?);
+    (first < last).then_some(first)
+}
+
+/// Arms the check of a shared hold that ends at `ends` (see
+/// [`shared_hold_ends`]), naming the lock only then.
+fn check_hold_end<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    name: Option<&LockName>,
+    ends: Option<u64>,
+    now: u64,
+) {
+    let Some(at) = ends else {
+        return;
+    };
+    let name = name.cloned().unwrap_or_else(|| host.lock_name(target));
+    let timer = host.engine(|e| e.hold_ends(&name, at, now));
+    arm(host, timer);
+}
+
 /// `LOCK.REENTER`: the hold, one count deeper.
 pub fn reenter<H: Host>(
     host: &mut H,
@@ -265,6 +425,13 @@ pub fn reenter<H: Host>(
     ttl_ms: Option<u64>,
 ) -> Result<Hold, LockError> {
     let mut key = host.open(target);
+    if host.is_shared(&key) {
+        let hold = on_shared_hold(host, target, key, owner, Event::Reenter, |holds, now| {
+            holds.reenter(owner, ttl_ms, now)
+        })?;
+        stats::REENTERED.incr();
+        return Ok(hold);
+    }
     let now = host.key_now(&key);
     let hold = lock::reenter(host.current(&key)?, owner, ttl_ms, now)?;
     let lease = if ttl_ms.is_some() {
@@ -287,6 +454,13 @@ pub fn renew<H: Host>(
     ttl_ms: u64,
 ) -> Result<Hold, LockError> {
     let mut key = host.open(target);
+    if host.is_shared(&key) {
+        let hold = on_shared_hold(host, target, key, owner, Event::Renew, |holds, now| {
+            holds.renew(owner, ttl_ms, now)
+        })?;
+        stats::RENEWED.incr();
+        return Ok(hold);
+    }
     let now = host.key_now(&key);
     let hold = lock::renew(host.current(&key)?, owner, ttl_ms, now)?;
     host.write(&mut key, owner, hold, Lease::Moved, Event::Renew);
@@ -306,6 +480,14 @@ pub fn release<H: Host>(
     all: bool,
 ) -> Result<Option<Hold>, LockError> {
     let mut key = host.open(target);
+    if host.is_shared(&key) {
+        let left = on_shared_hold(host, target, key, owner, Event::Release, |holds, now| {
+            let left = holds.release(owner, all, now)?;
+            Ok(holds.of(owner, now).map(|h| h.hold).filter(|_| left > 0))
+        })?;
+        stats::RELEASED.incr();
+        return Ok(left);
+    }
     let now = host.key_now(&key);
     let remaining = lock::release(host.current(&key)?, owner, all, now)?;
     stats::RELEASED.incr();
@@ -335,6 +517,10 @@ pub fn release<H: Host>(
 /// once the key is gone).
 fn grant_freed<H: Host>(host: &mut H, name: &LockName, now: u64) -> Option<Grant<H::Handle>> {
     if write_gate(host, true) != Gate::Open || host.quarantine_gate() != Gate::Open {
+        return None;
+    }
+    if host.engine(|e| e.head_is_shared(name)) {
+        // Shared requests at the head are granted together by [`serve`].
         return None;
     }
     let cap = host.lease_cap();
@@ -382,8 +568,7 @@ pub fn lease_changed<H: Host>(host: &mut H, target: &H::Target, at: u64) {
 fn park<H: Host>(
     host: &mut H,
     name: &LockName,
-    owner: &[u8],
-    ttl_ms: u64,
+    (owner, mode, ttl_ms): (&[u8], Mode, u64),
     timeout_ms: u64,
     holder_until: Option<u64>,
 ) -> bool {
@@ -393,6 +578,7 @@ fn park<H: Host>(
     let waiter = Waiter {
         owner: owner.to_vec(),
         ttl_ms,
+        mode,
         handle,
     };
     let now = host.now();
@@ -536,7 +722,15 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
         }
         return;
     }
-    let mut key = host.open_name(name, in_command);
+    let key = host.open_name(name, in_command);
+    // Shared holds, or a shared request at the head of the queue (of a lock
+    // that is not some other type's key): the shared rule serves it.
+    if host.is_shared(&key)
+        || (host.engine(|e| e.head_is_shared(name)) && host.current(&key).is_ok())
+    {
+        return serve_shared(host, key, name);
+    }
+    let mut key = key;
     let now = host.key_now(&key);
     let seen = match host.current(&key) {
         Ok(None) => Key::Free,
@@ -561,6 +755,87 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
         Serve::Wait(timer) => arm(host, timer),
         Serve::Deferred { .. } => {}
         Serve::Grant(grant) => hand_over(host, &mut key, name, grant, now, Event::Acquire),
+    }
+}
+
+/// Serves `name` by the shared rule ([`shared_queue::serve`]): drops the
+/// holds whose lease ended, grants the requests at the head that the lock
+/// admits now (shared ones together), and checks again at the earliest
+/// lease end left while clients still wait.
+fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
+    let now = host.key_now(&key);
+    let Ok(held) = host.holds(&key) else {
+        return;
+    };
+    let mut holds = held.unwrap_or_default();
+    let before = holds.clone();
+    let ended = holds.drop_ended(now);
+    for _ in &ended {
+        stats::EXPIRED_HELD.incr();
+    }
+    if holds.holders().is_empty() {
+        // A cluster slot migration may have moved the lock to another node.
+        if let Some(error) = host.moved_to(name) {
+            drop(key);
+            return host.redirect(name, &error);
+        }
+    }
+    let cap = host.lease_cap();
+    let requests = host.engine(|e| e.requests(name, cap));
+    let waiting = requests.iter().map(|(id, owner, mode, ttl_ms)| Request {
+        id: *id,
+        owner,
+        mode: *mode,
+        ttl_ms: *ttl_ms,
+    });
+    let served = shared_queue::serve(&mut holds, waiting, now, || host.issue_fence(now));
+    // Clients still waiting are looked at again when the first hold ends;
+    // without them, only a shared hold that ends before the key's TTL is.
+    let check = if served.len() < requests.len() {
+        holds.earliest_lease()
+    } else {
+        shared_hold_ends(&holds)
+    };
+    if holds != before {
+        if holds.holders().is_empty() {
+            host.remove(&mut key, Removal::Expired);
+        } else {
+            host.write_holds(&mut key, holds, Event::Acquire);
+        }
+    }
+    drop(key);
+    if let Some(at) = check {
+        let timer = host.engine(|e| e.hold_ends(name, at, now));
+        arm(host, timer);
+    }
+    for one in served {
+        let Some(waiter) = host.engine(|e| e.leave(one.id)) else {
+            continue;
+        };
+        stats::WAITING.add(-1);
+        let hold = match one.answer {
+            Answer::Fresh(hold) => {
+                stats::ACQUIRED.incr();
+                stats::HANDOFFS.incr();
+                hold
+            }
+            Answer::Reentered(hold) => {
+                stats::REENTERED.incr();
+                hold
+            }
+            Answer::Refused(_) => {
+                host.reply_nil(one.id, waiter.handle, Nil::Refused);
+                continue;
+            }
+        };
+        let Waiter { owner, handle, .. } = waiter;
+        let in_flight = InFlight {
+            name: name.clone(),
+            owner,
+            fence: hold.fence,
+        };
+        host.engine(|e| e.granted(one.id, in_flight));
+        host.reply_granted(one.id, handle, name, hold.fence, hold.expires_at);
     }
 }
 
@@ -618,10 +893,35 @@ fn hand_over<H: Host>(
 /// another connection) is in use, and stays.
 fn revoke<H: Host>(host: &mut H, grant: &InFlight) {
     let key = host.open_name(&grant.name, false);
+    if host.is_shared(&key) {
+        return revoke_shared(host, key, grant);
+    }
     let current = host.current(&key).ok().flatten();
     if lock::revocable(current, &grant.owner, grant.fence) {
         delete_and_serve(host, key, &grant.name);
     }
+}
+
+/// [`revoke`] of a shared grant: that owner's share ends if it is still
+/// exactly the grant (same fence, count 1); the other holders keep theirs.
+fn revoke_shared<H: Host>(host: &mut H, mut key: H::Key, grant: &InFlight) {
+    let now = host.key_now(&key);
+    let Ok(Some(mut holds)) = host.holds(&key) else {
+        return;
+    };
+    let untouched = holds
+        .of(&grant.owner, now)
+        .is_some_and(|h| h.hold.fence == grant.fence && h.hold.count == 1);
+    if !untouched || holds.release(&grant.owner, true, now).is_err() {
+        return;
+    }
+    holds.drop_ended(now);
+    if holds.holders().is_empty() {
+        return delete_and_serve(host, key, &grant.name);
+    }
+    host.write_holds(&mut key, holds, Event::Release);
+    drop(key);
+    serve(host, &grant.name, false);
 }
 
 /// Deletes the lock in `key` (as `DEL` would) and serves `name`'s next waiter.

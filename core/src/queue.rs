@@ -218,6 +218,18 @@ impl<T> WaitQueues<T> {
         None
     }
 
+    /// The clients waiting on `name`, longest-waiting first (ids and
+    /// payloads, tombstones skipped).
+    pub fn iter<'a>(&'a self, name: &LockName) -> impl Iterator<Item = (u64, &'a T)> + 'a {
+        let order = self.queues.get(name).map(|q| q.order.iter());
+        order.into_iter().flatten().filter_map(move |&(id, seq)| {
+            self.waiters
+                .get(&id)
+                .filter(|w| w.seq == seq)
+                .map(|w| (id, &w.payload))
+        })
+    }
+
     /// How many clients wait on `name`.
     pub fn len(&self, name: &LockName) -> usize {
         self.queues.get(name).map_or(0, |q| q.live)

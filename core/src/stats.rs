@@ -39,6 +39,8 @@ impl Gauge {
 /// Locks held now: lock values alive in the keyspace (created by a command,
 /// replication, `RESTORE`, `COPY` or loading; gone when the data type frees them).
 pub static HELD: Gauge = Gauge::new();
+/// Shared holds now, one per owner, in the lock values alive.
+pub static SHARED_HELD: Gauge = Gauge::new();
 /// Clients blocked in `LOCK.ACQUIRE … WAIT` now.
 pub static WAITING: Gauge = Gauge::new();
 /// Free-to-held transitions asked for by this server's clients (hand-offs included).
@@ -66,7 +68,7 @@ pub fn fields(
     last_fence: u64,
     quarantine_ms: u64,
     partition_safe: bool,
-) -> [(&'static str, i64); 13] {
+) -> [(&'static str, i64); 14] {
     let c = |c: &Counter| i64::try_from(c.get()).unwrap_or(i64::MAX);
     [
         ("held", HELD.get()),
@@ -85,5 +87,6 @@ pub fn fields(
             i64::try_from(quarantine_ms).unwrap_or(i64::MAX),
         ),
         ("partition_safe", i64::from(partition_safe)),
+        ("shared_held", SHARED_HELD.get()),
     ]
 }

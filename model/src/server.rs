@@ -22,6 +22,7 @@ use std::fmt;
 use redislock_core::error::LockError;
 use redislock_core::fence;
 use redislock_core::handoff::{Engine, Gate, Timer};
+use redislock_core::holds::Mode;
 use redislock_core::lock::{self, Hold, Lock};
 use redislock_core::orchestrate::{self, Acquired, Event, Host, Lease, Left, Nil, Removal};
 use redislock_core::queue::LockName;
@@ -670,7 +671,8 @@ impl State {
     fn acquire(&mut self, client: usize, lock: usize, ttl: u64, wait: Option<u64>) {
         let owner = self.owner(client);
         let mut server = Server::command(self, client);
-        if let Ok(Acquired::Held(hold)) = orchestrate::acquire(&mut server, &lock, owner, ttl, wait)
+        if let Ok(Acquired::Held(hold)) =
+            orchestrate::acquire(&mut server, &lock, owner, Mode::Exclusive, ttl, wait)
         {
             self.believe(client, lock, Some((hold.fence, hold.expires_at)));
         }

@@ -15,17 +15,24 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
+use crate::args::MAX_OWNER_LEN;
 use crate::ffi::{guard, lock_may_exist, now_ms};
+use crate::holds::{Holder, Holds, Mode};
 use crate::lock::Hold;
 use crate::{fence, stats};
+use redislock_core::limits::MAX_COUNT;
 
 /// The RDB encoding of a lock value. Version history (every one must stay
 /// loadable: see [`rdb_load`]; `tests/fixtures/v1-locks.rdb` is a version 1
-/// file):
+/// file, `tests/fixtures/v3-locks.rdb` a version 3 one):
 /// - 1: owner (string buffer), count (unsigned), fence (unsigned). The lease
 ///   was only the key's TTL.
 /// - 2: the same, then the lease end (unsigned, unix ms).
-pub const ENCODING_VERSION: i32 = 2;
+/// - 3: holds of either mode: mode (unsigned: 0 exclusive, 1 shared), limit
+///   (unsigned, 0: none), holders (unsigned, at least 1), then per holder,
+///   oldest first: owner (string buffer), count, fence, lease end, and the
+///   unix ms its hold began (unsigned each).
+pub const ENCODING_VERSION: i32 = 3;
 
 /// A lease end not known: a value loaded from version 1. Its key's TTL is
 /// its lease (see [`crate::lock::lease_end`]).
@@ -35,99 +42,266 @@ pub const LEASE_UNKNOWN: u64 = 0;
 /// `events::upgrade_v1_locks`).
 pub static V1_LOADED: AtomicU64 = AtomicU64::new(0);
 
-/// What a lock key's value is. Never built on the stack: a value lives in
-/// one allocation made by [`StoredLock::new_raw`], with `owner_len` bytes of
-/// owner right after these fields, and is seen through references to it.
-#[repr(C)]
+/// Times are kept in 48 bits (unix ms up to the year 10889); a later one
+/// is stored as this, which no lease reaches in practice.
+const MAX_TIME: u64 = (1 << 48) - 1;
+
+/// The `owner_len` of a [`SharedLock`]'s header (owners are at most 1024 bytes).
+const SHARED_TAG: u16 = u16::MAX;
+
+/// What a lock key's value is. Never built on the stack: an exclusive
+/// lock lives in one allocation made by [`StoredLock::new_raw`], with
+/// `owner_len` bytes of owner right after these 26 bytes (packed, so that
+/// a `<uuid>:<thread>` owner still fits jemalloc's 64-byte class with the
+/// hold's start time in it); a shared one is a [`SharedLock`], whose
+/// header says so. It is seen through references to it.
+#[repr(C, packed)]
 #[derive(Debug)]
 pub struct StoredLock {
-    pub count: u64,
-    pub fence: u64,
-    /// Lease end, unix ms, or [`LEASE_UNKNOWN`].
-    pub lease: u64,
-    /// Owners are at most 1024 bytes (`args::MAX_OWNER_LEN`).
+    fence: u64,
+    /// Counts are at most [`crate::limits::MAX_COUNT`].
+    count: u32,
+    /// Lease end, unix ms, or [`LEASE_UNKNOWN`] (48 bits).
+    lease: [u8; 6],
+    /// When the hold began, unix ms (48 bits).
+    since: [u8; 6],
+    /// Owners are at most 1024 bytes (`args::MAX_OWNER_LEN`); [`SHARED_TAG`]
+    /// marks a [`SharedLock`].
     owner_len: u16,
     /// Where the owner's bytes begin.
     owner: [u8; 0],
 }
 
+/// A lock held shared (or any lock whose holds are not one exclusive
+/// owner's): a header that says so, then the holds.
+#[repr(C)]
+pub struct SharedLock {
+    head: StoredLock,
+    pub holds: Holds,
+}
+
+fn time_bytes(ms: u64) -> [u8; 6] {
+    let mut out = [0; 6];
+    out.copy_from_slice(&ms.min(MAX_TIME).to_le_bytes()[..6]);
+    out
+}
+
+fn time_of(bytes: [u8; 6]) -> u64 {
+    let mut full = [0; 8];
+    full[..6].copy_from_slice(&bytes);
+    u64::from_le_bytes(full)
+}
+
 impl StoredLock {
-    /// The allocation for an owner of `len` bytes: the owner starts right
-    /// after `owner_len` (offset 26), not after the struct's padding, so a
-    /// `<uuid>:1` owner fits jemalloc's 64-byte class; never smaller than
-    /// the struct, so a reference to it stays inside the allocation.
+    /// The allocation for an owner of `len` bytes: the header, then the owner.
     fn layout(len: usize) -> Option<Layout> {
-        let size = std::mem::offset_of!(StoredLock, owner)
-            .checked_add(len)?
-            .max(std::mem::size_of::<StoredLock>());
+        let size = std::mem::offset_of!(StoredLock, owner).checked_add(len)?;
         Layout::from_size_align(size, std::mem::align_of::<StoredLock>()).ok()
     }
 
-    /// Makes a value for Redis: one allocation, owner inline. Every lock
-    /// value is born here and dies in [`StoredLock::free_raw`], which is how
-    /// `INFO lock` counts `held`. Null if the owner is too long to store.
-    pub fn new_raw(owner: &[u8], count: u64, fence: u64, lease: u64) -> *mut c_void {
-        let (Ok(owner_len), Some(layout)) = (u16::try_from(owner.len()), Self::layout(owner.len()))
+    /// Makes an exclusive value for Redis: one allocation, owner inline.
+    /// Every lock value is born here or in [`StoredLock::new_shared`] and
+    /// dies in [`StoredLock::free_raw`], which is how `INFO lock` counts
+    /// `held`. Null if the owner is too long to store.
+    pub fn new_raw(owner: &[u8], count: u64, fence: u64, lease: u64, since: u64) -> *mut c_void {
+        let (Ok(owner_len @ 0..=1024), Some(layout)) =
+            (u16::try_from(owner.len()), Self::layout(owner.len()))
         else {
             return ptr::null_mut();
         };
         // SAFETY: the layout has a non-zero size; the header is written
-        // field by field and the owner copied right after it, inside the
-        // allocation (`layout` counted both).
+        // whole and the owner copied right after it, inside the allocation
+        // (`layout` counted both).
         unsafe {
             let value = alloc::alloc(layout).cast::<StoredLock>();
             if value.is_null() {
                 alloc::handle_alloc_error(layout);
             }
-            ptr::addr_of_mut!((*value).count).write(count);
-            ptr::addr_of_mut!((*value).fence).write(fence);
-            ptr::addr_of_mut!((*value).lease).write(lease);
-            ptr::addr_of_mut!((*value).owner_len).write(owner_len);
+            value.write(StoredLock {
+                fence,
+                count: u32::try_from(count).unwrap_or(u32::MAX),
+                lease: time_bytes(lease),
+                since: time_bytes(since),
+                owner_len,
+                owner: [],
+            });
             let start = ptr::addr_of_mut!((*value).owner).cast::<u8>();
             ptr::copy_nonoverlapping(owner.as_ptr(), start, owner.len());
-            stats::HELD.add(1);
-            // Before the notifications about this value's key (`RESTORE`
-            // sends `restore` right after loading it).
-            lock_may_exist();
-            value.cast()
+            born(value.cast())
         }
+    }
+
+    /// Makes a shared value for Redis (`holds` has at least one holder).
+    pub fn new_shared(holds: Holds) -> *mut c_void {
+        stats::SHARED_HELD.add(holds.holders().len() as i64);
+        let value = Box::new(SharedLock {
+            head: StoredLock {
+                fence: 0,
+                count: 0,
+                lease: [0; 6],
+                since: [0; 6],
+                owner_len: SHARED_TAG,
+                owner: [],
+            },
+            holds,
+        });
+        born(Box::into_raw(value).cast())
     }
 
     /// Frees a value Redis refused or no longer needs.
     ///
     /// # Safety
-    /// `value` must come from [`StoredLock::new_raw`] and not be used again.
+    /// `value` must come from [`StoredLock::new_raw`] or
+    /// [`StoredLock::new_shared`] and not be used again.
     pub unsafe fn free_raw(value: *mut c_void) {
         if value.is_null() {
             return;
         }
         stats::HELD.add(-1);
-        // SAFETY: the caller's contract; the layout is the one it was made with.
+        // SAFETY: the caller's contract; a shared value was made by a
+        // `Box`, an exclusive one with the layout of its owner's length.
         unsafe {
-            let len = (*value.cast::<StoredLock>()).owner_len as usize;
-            if let Some(layout) = Self::layout(len) {
+            let len = (*value.cast::<StoredLock>()).owner_len;
+            if len == SHARED_TAG {
+                let shared = Box::from_raw(value.cast::<SharedLock>());
+                stats::SHARED_HELD.add(-(shared.holds.holders().len() as i64));
+            } else if let Some(layout) = Self::layout(len as usize) {
                 alloc::dealloc(value.cast(), layout);
             }
         }
     }
 
-    /// The owner token.
+    /// The holds of a shared value (`None`: an exclusive one).
+    pub fn shared(&self) -> Option<&Holds> {
+        if self.owner_len != SHARED_TAG {
+            return None;
+        }
+        // SAFETY: a header with the tag is the head of a `SharedLock`
+        // (`repr(C)`, header first), alive as long as `self`.
+        Some(unsafe { &(*(self as *const StoredLock).cast::<SharedLock>()).holds })
+    }
+
+    /// The owner token (empty for a shared value: no owner is empty).
     pub fn owner(&self) -> &[u8] {
-        // SAFETY: every StoredLock lives in an allocation made by `new_raw`,
-        // with `owner_len` initialised bytes at `owner`.
-        unsafe { std::slice::from_raw_parts(self.owner.as_ptr(), self.owner_len as usize) }
+        if self.owner_len == SHARED_TAG {
+            return &[];
+        }
+        // SAFETY: every exclusive StoredLock lives in an allocation made by
+        // `new_raw`, with `owner_len` initialised bytes at `owner`.
+        unsafe {
+            std::slice::from_raw_parts(
+                ptr::addr_of!(self.owner).cast::<u8>(),
+                self.owner_len as usize,
+            )
+        }
+    }
+
+    /// The reentrancy count (a shared value: its number of holders).
+    pub fn count(&self) -> u64 {
+        match self.shared() {
+            Some(holds) => holds.holders().len() as u64,
+            None => u64::from(self.count),
+        }
+    }
+
+    /// The fence (a shared value: the highest of its holders').
+    pub fn fence(&self) -> u64 {
+        match self.shared() {
+            Some(holds) => holds
+                .holders()
+                .iter()
+                .map(|h| h.hold.fence)
+                .max()
+                .unwrap_or(0),
+            None => self.fence,
+        }
+    }
+
+    /// The stored lease end (a shared value: the latest of its holders').
+    pub fn lease(&self) -> u64 {
+        match self.shared() {
+            Some(holds) => holds.latest_lease().unwrap_or(0),
+            None => time_of(self.lease),
+        }
+    }
+
+    /// When the hold began, unix ms (exclusive values).
+    pub fn since(&self) -> u64 {
+        time_of(self.since)
+    }
+
+    /// Sets the stored lease end of an exclusive value.
+    pub fn set_lease(&mut self, lease: u64) {
+        if self.owner_len != SHARED_TAG {
+            self.lease = time_bytes(lease);
+        }
+    }
+
+    /// The holds in this value, of either mode, as the core sees them.
+    pub fn holds(&self) -> Holds {
+        match self.shared() {
+            Some(holds) => holds.clone(),
+            None => Holds::from_parts(
+                Mode::Exclusive,
+                vec![Holder {
+                    owner: self.owner().to_vec(),
+                    hold: Hold {
+                        count: self.count(),
+                        fence: self.fence,
+                        expires_at: self.lease(),
+                    },
+                    since: self.since(),
+                }],
+            ),
+        }
     }
 
     /// Bytes this value takes, for `MEMORY USAGE`.
     pub fn size(&self) -> usize {
-        Self::layout(self.owner_len as usize).map_or(0, |layout| layout.size())
+        match self.shared() {
+            Some(holds) => {
+                std::mem::size_of::<SharedLock>()
+                    + holds
+                        .holders()
+                        .iter()
+                        .map(|h| std::mem::size_of::<Holder>() + h.owner.len())
+                        .sum::<usize>()
+            }
+            None => Self::layout(self.owner_len as usize).map_or(0, |layout| layout.size()),
+        }
     }
 
-    /// Writes the numbers of `hold` in place (the owner is unchanged).
+    /// Writes the numbers of `hold` in place in an exclusive value (the
+    /// owner and start are unchanged).
     pub fn set_hold(&mut self, hold: Hold) {
-        self.count = hold.count;
+        self.count = u32::try_from(hold.count).unwrap_or(u32::MAX);
         self.fence = hold.fence;
-        self.lease = hold.expires_at;
+        self.set_lease(hold.expires_at);
+    }
+}
+
+/// Counts a value just made, and lets the notifications know locks exist.
+fn born(value: *mut c_void) -> *mut c_void {
+    stats::HELD.add(1);
+    // Before the notifications about this value's key (`RESTORE` sends
+    // `restore` right after loading it).
+    lock_may_exist();
+    value
+}
+
+/// Makes a value holding `holds`: the compact exclusive one for a single
+/// exclusive holder, a shared one otherwise; null when there is no holder.
+pub fn new_value(holds: Holds) -> *mut c_void {
+    match (holds.mode(), holds.holders()) {
+        (_, []) => ptr::null_mut(),
+        (Mode::Exclusive, [one]) => StoredLock::new_raw(
+            &one.owner,
+            one.hold.count,
+            one.hold.fence,
+            one.hold.expires_at,
+            one.since,
+        ),
+        _ => StoredLock::new_shared(holds),
     }
 }
 
@@ -181,7 +355,7 @@ unsafe fn value_ref<'a>(value: *const c_void) -> &'a StoredLock {
 /// Loads one lock value written by any encoding version this module ever used.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", ptr::null_mut(), || match encver {
-        1 | 2 => load(rdb, encver).unwrap_or(ptr::null_mut()),
+        1..=ENCODING_VERSION => load(rdb, encver).unwrap_or(ptr::null_mut()),
         other => {
             logging::log_warning(format!(
                 "lock: cannot load a lock value of encoding version {other} \
@@ -192,7 +366,8 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     })
 }
 
-/// Version 1: owner, count, fence. Version 2 adds the lease end.
+/// Version 1: owner, count, fence. Version 2 adds the lease end. Version 3:
+/// the mode, the limit, then each holder with its start.
 fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
     // SAFETY: Redis passes a live IO context; the name it returns (or
     // null) lives as long as the load.
@@ -201,6 +376,9 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
         NAMES_UNKNOWN.store(true, Relaxed);
     } else {
         note_lock_name(RedisString::string_as_slice(name));
+    }
+    if encver >= 3 {
+        return load_holds(rdb);
     }
     let owner = raw::load_string_buffer(rdb).ok()?;
     let count = raw::load_unsigned(rdb).ok()?;
@@ -211,15 +389,63 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
         V1_LOADED.fetch_add(1, Relaxed);
         LEASE_UNKNOWN
     };
-    let owner = owner.as_ref();
-    if owner.is_empty() || count == 0 || fence == 0 {
+    let holder = checked_holder(owner.as_ref(), count, fence, lease, now_ms())?;
+    fence::observe(fence);
+    Some(new_value(Holds::from_parts(Mode::Exclusive, vec![holder]))).filter(|v| !v.is_null())
+}
+
+/// A holder as loaded, if it is sane.
+fn checked_holder(owner: &[u8], count: u64, fence: u64, lease: u64, since: u64) -> Option<Holder> {
+    if owner.is_empty() || owner.len() > MAX_OWNER_LEN || count == 0 || fence == 0 {
         logging::log_warning("lock: refusing a corrupt lock value (empty owner, count or fence)");
         return None;
     }
+    Some(Holder {
+        owner: owner.to_vec(),
+        hold: Hold {
+            count: count.min(MAX_COUNT),
+            fence,
+            expires_at: lease,
+        },
+        since,
+    })
+}
+
+/// Version 3: mode, limit, holders, then each holder.
+fn load_holds(rdb: *mut raw::RedisModuleIO) -> Option<*mut c_void> {
+    let mode = raw::load_unsigned(rdb).ok()?;
+    let limit = raw::load_unsigned(rdb).ok()?;
+    let n = raw::load_unsigned(rdb).ok()?;
+    let mode = match (mode, limit) {
+        (0, _) => Mode::Exclusive,
+        (1, 0) => Mode::READ,
+        (1, n) => Mode::Shared {
+            limit: Some(u32::try_from(n).ok()?),
+        },
+        _ => {
+            logging::log_warning("lock: refusing a lock value of an unknown mode");
+            return None;
+        }
+    };
+    if n == 0 || (mode == Mode::Exclusive && n != 1) {
+        logging::log_warning("lock: refusing a corrupt lock value (holders)");
+        return None;
+    }
+    let mut holders = Vec::new();
+    for _ in 0..n {
+        let owner = raw::load_string_buffer(rdb).ok()?;
+        let count = raw::load_unsigned(rdb).ok()?;
+        let fence = raw::load_unsigned(rdb).ok()?;
+        let lease = raw::load_unsigned(rdb).ok()?;
+        let since = raw::load_unsigned(rdb).ok()?;
+        holders.push(checked_holder(owner.as_ref(), count, fence, lease, since)?);
+    }
     // A fence that arrives from a file or a master moves our counter, so the
     // next fence this server issues is above it.
-    fence::observe(fence);
-    Some(StoredLock::new_raw(owner, count, fence, lease)).filter(|v| !v.is_null())
+    for holder in &holders {
+        fence::observe(holder.hold.fence);
+    }
+    Some(new_value(Holds::from_parts(mode, holders))).filter(|v| !v.is_null())
 }
 
 /// Saves one lock value in the current encoding.
@@ -227,15 +453,28 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
         // SAFETY: Redis passes a value this type created, alive for the call.
         let lock = unsafe { value_ref(value) };
-        raw::save_slice(rdb, lock.owner());
-        raw::save_unsigned(rdb, lock.count);
-        raw::save_unsigned(rdb, lock.fence);
-        raw::save_unsigned(rdb, lock.lease);
+        let holds = lock.holds();
+        let (mode, limit) = match holds.mode() {
+            Mode::Exclusive => (0, 0),
+            Mode::Shared { limit } => (1, limit.map_or(0, u64::from)),
+        };
+        raw::save_unsigned(rdb, mode);
+        raw::save_unsigned(rdb, limit);
+        raw::save_unsigned(rdb, holds.holders().len() as u64);
+        for holder in holds.holders() {
+            raw::save_slice(rdb, &holder.owner);
+            raw::save_unsigned(rdb, holder.hold.count);
+            raw::save_unsigned(rdb, holder.hold.fence);
+            raw::save_unsigned(rdb, holder.hold.expires_at);
+            raw::save_unsigned(rdb, holder.since);
+        }
     });
 }
 
-/// Writes the lock as `LOCK.APPLY key owner count fence [PXAT lease]`;
-/// Redis follows it with a `PEXPIREAT` for the key's TTL.
+/// Writes the lock as `LOCK.APPLY key owner count fence [PXAT lease]`, a
+/// shared one as `LOCK.APPLY key SHARED limit` and each holder's `owner
+/// count fence lease since`; Redis follows it with a `PEXPIREAT` for the
+/// key's TTL.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -244,12 +483,31 @@ extern "C" fn aof_rewrite(
     guard("aof_rewrite", (), || {
         // SAFETY: Redis passes a value this type created, alive for the call.
         let lock = unsafe { value_ref(value) };
-        let (Some(emit), Ok(count), Ok(fence), Ok(lease)) = (
-            // SAFETY: the API table is filled in at module load.
-            unsafe { raw::RedisModule_EmitAOF },
-            CString::new(lock.count.to_string()),
-            CString::new(lock.fence.to_string()),
-            CString::new(lock.lease.to_string()),
+        // SAFETY: the API table is filled in at module load.
+        let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
+            return;
+        };
+        if let Some(holds) = lock.shared() {
+            let args = shared_apply_args(holds);
+            // SAFETY: "sv": the key, then an array of live strings and its
+            // length; Redis copies them.
+            unsafe {
+                emit(
+                    aof,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sv".as_ptr(),
+                    key,
+                    args.as_ptr(),
+                    args.len(),
+                );
+            }
+            free_strings(args);
+            return;
+        }
+        let (Ok(count), Ok(fence), Ok(lease)) = (
+            CString::new(lock.count().to_string()),
+            CString::new(lock.fence().to_string()),
+            CString::new(lock.lease().to_string()),
         ) else {
             return;
         };
@@ -257,7 +515,7 @@ extern "C" fn aof_rewrite(
         // SAFETY: each format matches its arguments: a RedisModuleString, a
         // (pointer, length) buffer, then NUL-terminated C strings.
         unsafe {
-            if lock.lease == LEASE_UNKNOWN {
+            if lock.lease() == LEASE_UNKNOWN {
                 emit(
                     aof,
                     c"LOCK.APPLY".as_ptr(),
@@ -286,6 +544,53 @@ extern "C" fn aof_rewrite(
     });
 }
 
+/// The arguments after the key of the shared form of `LOCK.APPLY`:
+/// `SHARED limit` (0: none), then `owner count fence lease since` per
+/// holder, oldest first. Strings made without a context: the caller frees
+/// them with [`free_strings`] once sent.
+pub fn shared_apply_args(holds: &Holds) -> Vec<*mut raw::RedisModuleString> {
+    let limit = match holds.mode() {
+        Mode::Shared { limit } => limit.map_or(0, u64::from),
+        Mode::Exclusive => 0,
+    };
+    let mut words: Vec<Vec<u8>> = vec![b"SHARED".to_vec(), limit.to_string().into_bytes()];
+    for holder in holds.holders() {
+        words.push(holder.owner.clone());
+        for n in [
+            holder.hold.count,
+            holder.hold.fence,
+            holder.hold.expires_at,
+            holder.since,
+        ] {
+            words.push(n.to_string().into_bytes());
+        }
+    }
+    words
+        .iter()
+        .filter_map(|word| {
+            // SAFETY: a null context makes a string the caller frees; the
+            // bytes are copied.
+            let made = unsafe {
+                raw::RedisModule_CreateString
+                    .map(|f| f(ptr::null_mut(), word.as_ptr().cast(), word.len()))
+            };
+            made.filter(|s| !s.is_null())
+        })
+        .collect()
+}
+
+/// Frees strings made by [`shared_apply_args`].
+pub fn free_strings(strings: Vec<*mut raw::RedisModuleString>) {
+    for string in strings {
+        // SAFETY: each was made with a null context and is not used again.
+        unsafe {
+            if let Some(free) = raw::RedisModule_FreeString {
+                free(ptr::null_mut(), string);
+            }
+        }
+    }
+}
+
 /// Bytes this value uses, for `MEMORY USAGE`.
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value this type created, alive for the call.
@@ -303,11 +608,13 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                 raw::RedisModule_DigestAddLongLong,
                 raw::RedisModule_DigestEndSequence,
             ) {
-                let owner = lock.owner();
-                add_buf(md, owner.as_ptr().cast_mut().cast(), owner.len());
-                add_ll(md, lock.count as i64);
-                add_ll(md, lock.fence as i64);
-                add_ll(md, lock.lease as i64);
+                for holder in lock.holds().holders() {
+                    let owner = &holder.owner;
+                    add_buf(md, owner.as_ptr().cast_mut().cast(), owner.len());
+                    add_ll(md, holder.hold.count as i64);
+                    add_ll(md, holder.hold.fence as i64);
+                    add_ll(md, holder.hold.expires_at as i64);
+                }
                 end(md);
             }
         }
@@ -337,7 +644,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
     });
 }
 
-/// `COPY`: an independent copy of the value (same owner, count, fence, lease).
+/// `COPY`: an independent copy of the value (same holders, counts, fences, leases).
 extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
     to: *mut raw::RedisModuleString,
@@ -351,7 +658,7 @@ extern "C" fn copy(
         }
         // SAFETY: Redis passes a value this type created, alive for the call.
         let lock = unsafe { value_ref(value) };
-        StoredLock::new_raw(lock.owner(), lock.count, lock.fence, lock.lease)
+        new_value(lock.holds())
     })
 }
 

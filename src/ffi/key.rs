@@ -8,8 +8,9 @@ use std::os::raw::c_int;
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::LockError;
-use crate::ffi::datatype::{raw_type, StoredLock, LEASE_UNKNOWN};
+use crate::ffi::datatype::{self, raw_type, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::{now_ms, propagation};
+use crate::holds::{Holds, Mode};
 use crate::lock::{self, Hold, Lock};
 
 /// `RedisModule_Replicate`'s type.
@@ -177,21 +178,107 @@ impl<'a> LockKey<'a> {
         let Some(stored) = self.stored()? else {
             return Ok(None);
         };
+        // A shared lock shows as held by nobody (no owner is empty), so a
+        // path that knows only exclusive holds finds it busy, never its own.
         Ok(Some(Lock {
             owner: stored.owner(),
             hold: Hold {
-                count: stored.count,
-                fence: stored.fence,
-                expires_at: lock::lease_end(stored.lease, self.expires_at()),
+                count: stored.count(),
+                fence: stored.fence(),
+                expires_at: lock::lease_end(stored.lease(), self.expires_at()),
             },
         }))
+    }
+
+    /// Whether the key holds a shared lock.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.stored(), Ok(Some(stored)) if stored.shared().is_some())
+    }
+
+    /// The holds here, of either mode (`None`: free), each ending at the
+    /// earlier of its lease and the key's expiry.
+    pub fn holds(&self) -> Result<Option<Holds>, LockError> {
+        let Some(stored) = self.stored()? else {
+            return Ok(None);
+        };
+        let expiry = self.expires_at();
+        let holds = stored.holds();
+        let mode = holds.mode();
+        let holders = holds
+            .holders()
+            .iter()
+            .map(|h| {
+                let mut h = h.clone();
+                h.hold.expires_at = lock::lease_end(h.hold.expires_at, expiry);
+                h
+            })
+            .collect();
+        Ok(Some(Holds::from_parts(mode, holders)))
+    }
+
+    /// Stores `holds` decided here (the key goes if none is left), sets the
+    /// key's TTL to their latest lease, and replicates the whole state.
+    pub fn store_holds(&mut self, holds: Holds) {
+        let Some(latest) = holds.latest_lease() else {
+            self.delete();
+            return;
+        };
+        if holds.mode() == Mode::Exclusive {
+            if let [one] = holds.holders() {
+                let value = StoredLock::new_raw(
+                    &one.owner,
+                    one.hold.count,
+                    one.hold.fence,
+                    one.hold.expires_at,
+                    one.since,
+                );
+                self.replace_or_set(value);
+                self.set_expiry(latest);
+                self.replicate_apply(&one.owner, one.hold);
+                return;
+            }
+        }
+        let args = datatype::shared_apply_args(&holds);
+        self.replace_or_set(StoredLock::new_shared(holds));
+        self.set_expiry(latest);
+        self.propagate(|ctx, rep| {
+            // SAFETY: "sv": the live key name, then an array of live strings
+            // and its length; Redis copies them.
+            unsafe {
+                rep(
+                    ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sv".as_ptr(),
+                    self.name.inner(),
+                    args.as_ptr(),
+                    args.len(),
+                );
+            }
+        });
+        datatype::free_strings(args);
+    }
+
+    /// Stores holds decided elsewhere (the shared form of `LOCK.APPLY`),
+    /// with the key's TTL at their latest lease.
+    pub fn store_applied(&mut self, holds: Holds) {
+        let Some(latest) = holds.latest_lease() else {
+            return;
+        };
+        self.replace_or_set(datatype::new_value(holds));
+        self.set_expiry(latest);
     }
 
     /// Stores a lock decided elsewhere (`LOCK.APPLY`: a master, the AOF) and,
     /// if given, its lease end, also as the key's expiry. Replaces a value
     /// of another type.
     pub fn store(&mut self, owner: &[u8], count: u64, fence: u64, lease: Option<u64>) {
-        let value = StoredLock::new_raw(owner, count, fence, lease.unwrap_or(LEASE_UNKNOWN));
+        let value = StoredLock::new_raw(
+            owner,
+            count,
+            fence,
+            lease.unwrap_or(LEASE_UNKNOWN),
+            now_ms(),
+        );
         match lease {
             Some(at) => {
                 self.replace_or_set(value);
@@ -209,7 +296,7 @@ impl<'a> LockKey<'a> {
     pub fn move_lease(&mut self, lease: u64) {
         // SAFETY: the key's live value; `&mut self` makes this the only borrow.
         if let Ok(Some(value)) = self.value_ptr().map(|v| unsafe { v.as_mut() }) {
-            value.lease = lease;
+            value.set_lease(lease);
             self.set_expiry(lease);
         }
     }
@@ -225,9 +312,9 @@ impl<'a> LockKey<'a> {
             // numbers in place, no allocation.
             Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| l.owner() == owner) => unsafe {
                 let stored = &mut *current;
-                lease_only = stored.count == hold.count
-                    && stored.fence == hold.fence
-                    && stored.lease != LEASE_UNKNOWN;
+                lease_only = stored.count() == hold.count
+                    && stored.fence() == hold.fence
+                    && stored.lease() != LEASE_UNKNOWN;
                 stored.set_hold(hold);
             },
             // A new owner (a fresh hold, a hand-off): a new value. Its lease
@@ -237,6 +324,7 @@ impl<'a> LockKey<'a> {
                 hold.count,
                 hold.fence,
                 hold.expires_at,
+                now_ms(),
             )),
         }
         if lease == Lease::Moved {
@@ -255,7 +343,7 @@ impl<'a> LockKey<'a> {
     pub fn adopt_lease(&mut self, lease: u64) {
         // SAFETY: the key's live value; `&mut self` makes this the only borrow.
         if let Ok(Some(value)) = self.value_ptr().map(|v| unsafe { v.as_mut() }) {
-            value.lease = lease;
+            value.set_lease(lease);
         }
     }
 

@@ -101,7 +101,7 @@ extern "C" fn collect_v1(
                 .cast::<datatype::StoredLock>();
             if value
                 .as_ref()
-                .is_some_and(|v| v.lease == datatype::LEASE_UNKNOWN)
+                .is_some_and(|v| v.lease() == datatype::LEASE_UNKNOWN)
             {
                 let batch = &mut *data.cast::<Vec<Vec<u8>>>();
                 batch.push(RedisString::string_as_slice(keyname).to_vec());

@@ -64,6 +64,7 @@ use crate::ffi::key::LockKey;
 use crate::ffi::{self, config, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Deadlines, Engine, Gate, Timer};
+use crate::holds::Holds;
 use crate::lock::{Hold, Lock};
 use crate::orchestrate::{self, Event, Host, Lease, Nil, Removal};
 use crate::queue::LockName;
@@ -229,12 +230,28 @@ impl<'c> Host for Server<'c> {
         key.current()
     }
 
+    fn holds(&self, key: &LockKey<'c>) -> Result<Option<Holds>, LockError> {
+        key.holds()
+    }
+
+    fn is_shared(&self, key: &LockKey<'c>) -> bool {
+        key.is_shared()
+    }
+
+    fn write_holds(&mut self, key: &mut LockKey<'c>, holds: Holds, event: Event) {
+        if holds.holders().is_empty() {
+            return self.remove(key, Removal::Released);
+        }
+        key.store_holds(holds);
+        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
+    }
+
     fn expires_at(&self, key: &LockKey<'c>) -> Option<u64> {
         key.expires_at()
     }
 
     fn stored_lease(&self, key: &LockKey<'c>) -> Option<u64> {
-        key.stored().ok().flatten().map(|stored| stored.lease)
+        key.stored().ok().flatten().map(|stored| stored.lease())
     }
 
     fn write(
@@ -249,14 +266,7 @@ impl<'c> Host for Server<'c> {
             key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
         }
         key.apply(owner, hold, lease);
-        let event = match event {
-            Event::Acquire | Event::HandOver => c"lock.acquire",
-            Event::Reenter => c"lock.reenter",
-            Event::Release => c"lock.release",
-            Event::Renew => c"lock.renew",
-            Event::Fence => c"lock.fence",
-        };
-        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event);
+        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
     }
 
     fn remove(&mut self, key: &mut LockKey<'c>, how: Removal) {
@@ -363,6 +373,17 @@ impl<'c> Host for Server<'c> {
 
     fn redirect(&mut self, name: &LockName, error: &str) {
         redirect(name, error);
+    }
+}
+
+/// The keyspace event a change is announced with.
+fn event_name(event: Event) -> &'static std::ffi::CStr {
+    match event {
+        Event::Acquire | Event::HandOver => c"lock.acquire",
+        Event::Reenter => c"lock.reenter",
+        Event::Release => c"lock.release",
+        Event::Renew => c"lock.renew",
+        Event::Fence => c"lock.fence",
     }
 }
 

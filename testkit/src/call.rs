@@ -214,19 +214,65 @@ pub struct LockInfo {
     /// Milliseconds left on the lease.
     pub ttl: i64,
     pub waiters: i64,
+    /// `exclusive` or `shared`.
+    pub mode: String,
+    /// The shared limit (0: none, or exclusive).
+    pub limit: i64,
+    /// One entry per owner, oldest hold first.
+    pub holders: Vec<HolderInfo>,
+}
+
+/// One owner's hold as `LOCK.INFO` lists it under `holders`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderInfo {
+    pub owner: String,
+    pub count: i64,
+    pub fence: i64,
+    pub ttl: i64,
+    /// Milliseconds since the hold began.
+    pub held: i64,
+}
+
+/// The field/value pairs of a RESP2 flat array or a RESP3 map.
+fn pairs(value: &Value) -> Result<Vec<(&Value, &Value)>, String> {
+    match value {
+        Value::Array(items) if items.len() % 2 == 0 => {
+            Ok(items.chunks(2).map(|pair| (&pair[0], &pair[1])).collect())
+        }
+        Value::Map(pairs) => Ok(pairs.iter().map(|(k, v)| (k, v)).collect()),
+        _ => Err("not a field/value array or map".into()),
+    }
+}
+
+impl HolderInfo {
+    fn from_reply(value: &Value) -> Result<HolderInfo, String> {
+        let pairs = pairs(value)?;
+        let field = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| text(k).as_deref() == Some(name))
+                .map(|(_, v)| *v)
+                .ok_or_else(|| format!("no holder field {name}"))
+        };
+        let int = |name: &str| match field(name)? {
+            Value::Int(n) => Ok(*n),
+            other => Err(format!("{name} is not an integer: {other:?}")),
+        };
+        Ok(HolderInfo {
+            owner: text(field("owner")?).ok_or("holder owner is not a string")?,
+            count: int("count")?,
+            fence: int("fence")?,
+            ttl: int("ttl")?,
+            held: int("held")?,
+        })
+    }
 }
 
 impl LockInfo {
     /// Reads the RESP2 field/value array or the RESP3 map by field name
     /// (the command reference allows more fields later).
     pub fn from_reply(value: &Value) -> Result<LockInfo, String> {
-        let pairs: Vec<(&Value, &Value)> = match value {
-            Value::Array(items) if items.len() % 2 == 0 => {
-                items.chunks(2).map(|pair| (&pair[0], &pair[1])).collect()
-            }
-            Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
-            _ => return Err("not a field/value array or map".into()),
-        };
+        let pairs = pairs(value)?;
         let field = |name: &str| {
             pairs
                 .iter()
@@ -240,7 +286,17 @@ impl LockInfo {
         };
         let owner = match field("owner")? {
             Value::BulkString(bytes) => bytes.clone(),
+            // A shared lock has no one owner.
+            Value::Nil => Vec::new(),
             other => Err(format!("owner is not a bulk string: {other:?}"))?,
+        };
+        let holders = match field("holders") {
+            Ok(Value::Array(items)) => items
+                .iter()
+                .map(HolderInfo::from_reply)
+                .collect::<Result<_, _>>()?,
+            Ok(other) => Err(format!("holders is not an array: {other:?}"))?,
+            Err(_) => Vec::new(),
         };
         Ok(LockInfo {
             owner,
@@ -248,6 +304,9 @@ impl LockInfo {
             fence: int("fence")?,
             ttl: int("ttl")?,
             waiters: int("waiters")?,
+            mode: field("mode").ok().and_then(text).unwrap_or_default(),
+            limit: int("limit").unwrap_or(0),
+            holders,
         })
     }
 

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 pub use call::{
     error_text, handed_fence, show_args, text, wait_args, wait_on, wait_on_timed, Call, Hold,
-    LockInfo, Reply,
+    HolderInfo, LockInfo, Reply,
 };
 pub use cluster::Cluster;
 pub use env::{cli_bin, module_path, server_bin, try_module_path};

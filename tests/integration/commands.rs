@@ -326,11 +326,28 @@ fn info_is_a_flat_array_in_field_order_under_resp2() {
     let Ok(Value::Array(items)) = c.call(&["LOCK.INFO", "k"]) else {
         panic!("LOCK.INFO is not an array under RESP2");
     };
-    assert_eq!(items.len(), 10, "{items:?}");
+    assert_eq!(items.len(), 16, "{items:?}");
     // Field names may be simple or bulk strings; values have fixed types.
     let names: Vec<Option<String>> = items.iter().step_by(2).map(text).collect();
-    let expected = ["owner", "count", "fence", "ttl", "waiters"].map(|n| Some(n.to_string()));
+    let expected = [
+        "owner", "count", "fence", "ttl", "waiters", "mode", "limit", "holders",
+    ]
+    .map(|n| Some(n.to_string()));
     assert_eq!(names, expected, "{items:?}");
+    assert_eq!(text(&items[11]).as_deref(), Some("exclusive"));
+    assert_eq!(items[13], Value::Int(0));
+    let Value::Array(holders) = &items[15] else {
+        panic!("holders is not an array: {items:?}");
+    };
+    let Some(Value::Array(holder)) = holders.first() else {
+        panic!("one holder, a flat array under RESP2: {holders:?}");
+    };
+    let holder_names: Vec<Option<String>> = holder.iter().step_by(2).map(text).collect();
+    let expected =
+        ["owner", "count", "fence", "ttl", "held", "ephemeral"].map(|n| Some(n.to_string()));
+    assert_eq!((holders.len(), holder_names), (1, expected.to_vec()));
+    assert_eq!(holder[1], Value::BulkString(b"alice".to_vec()));
+    assert_eq!(holder[3], Value::Int(2));
     assert_eq!(items[1], Value::BulkString(b"alice".to_vec()));
     assert_eq!(items[3], Value::Int(2));
     assert_eq!(items[5], Value::Int(fence));
@@ -344,7 +361,7 @@ fn info_is_a_flat_array_in_field_order_under_resp2() {
     // As redis-cli shows it.
     let shown = server.cli(&["LOCK.INFO", "k"]);
     let lines: Vec<&str> = shown.lines().map(str::trim).collect();
-    assert_eq!(lines.len(), 10, "{shown}");
+    assert!(lines.len() > 15, "{shown}");
     let name = |line: &str, i: usize, name: &str| {
         let shown = line.strip_prefix(&format!("{i}) ")).unwrap_or("");
         shown.trim_matches('"') == name
@@ -374,7 +391,19 @@ fn info_is_a_map_in_field_order_under_resp3() {
         .iter()
         .map(|(k, _)| text(k).expect("field names are strings"))
         .collect();
-    assert_eq!(names, ["owner", "count", "fence", "ttl", "waiters"]);
+    assert_eq!(
+        names,
+        ["owner", "count", "fence", "ttl", "waiters", "mode", "limit", "holders"]
+    );
+    assert_eq!(text(&pairs[5].1).as_deref(), Some("exclusive"));
+    assert_eq!(pairs[6].1, Value::Int(0));
+    let Value::Array(holders) = &pairs[7].1 else {
+        panic!("holders is not an array: {pairs:?}");
+    };
+    assert!(
+        matches!(holders.as_slice(), [Value::Map(holder)] if holder.len() == 6),
+        "one holder, a map under RESP3: {holders:?}"
+    );
     assert_eq!(pairs[0].1, Value::BulkString(b"alice".to_vec()));
     assert_eq!(pairs[1].1, Value::Int(1));
     assert_eq!(pairs[2].1, Value::Int(fence));
@@ -388,7 +417,7 @@ fn info_is_a_map_in_field_order_under_resp3() {
     // As `redis-cli -3` shows a map: `1# "owner" => "alice"`.
     let shown = server.cli3(&["LOCK.INFO", "k"]);
     let lines: Vec<&str> = shown.lines().map(str::trim).collect();
-    assert_eq!(lines.len(), 5, "{shown}");
+    assert!(lines.len() >= names.len(), "{shown}");
     for (i, (line, name)) in lines.iter().zip(&names).enumerate() {
         assert!(
             line.starts_with(&format!("{}# ", i + 1)) && line.contains(name.as_str()),

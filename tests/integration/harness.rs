@@ -39,6 +39,7 @@ pub const LOCK_INFO_FIELDS: &[&str] = &[
     "lock_last_fence",
     "lock_quarantine_ms",
     "lock_partition_safe",
+    "lock_shared_held",
 ];
 
 /// Milliseconds since the Unix epoch, as the module's fence clock reads them.

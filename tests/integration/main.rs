@@ -83,8 +83,10 @@ mod sentinel;
 /// conditional deletes, hash-field expiry, when a hand-off after `DEL` runs,
 /// and `CLIENT UNBLOCK` right after a grant.
 mod servers;
-/// Upgrade: an RDB written by encoding version 1 (`tests/fixtures/`) loads
-/// with its locks intact, and none is held forever.
+/// Shared holds: read-write locks and semaphores, one queue for both modes.
+mod shared;
+/// Upgrade: RDBs written by encoding versions 1 and 3 (`tests/fixtures/`)
+/// load with their locks intact, and none is held forever.
 mod upgrade;
 /// Blocked waiters (`LOCK.ACQUIRE … WAIT`): FIFO hand-off on every way a lock
 /// frees, no barging, timeouts, unblock and disconnect, replication, reloads.

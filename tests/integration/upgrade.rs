@@ -36,9 +36,16 @@ const LAST_FENCE: i64 = 1_882_687_747_982_884_864;
 /// A server started on a copy of `tests/fixtures/v1-locks.rdb` as its
 /// `dump.rdb`.
 fn start_on_v1_rdb() -> Server {
+    start_on_rdb("v1-locks.rdb")
+}
+
+/// A server started on a copy of `tests/fixtures/<file>` as its `dump.rdb`.
+fn start_on_rdb(file: &str) -> Server {
     let mut server = Server::start();
     server.stop(Stop::NoSave);
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-locks.rdb");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(file);
     fs::copy(&fixture, server.dir().join("dump.rdb"))
         .unwrap_or_else(|e| panic!("copy {}: {e}", fixture.display()));
     server.start_again();
@@ -112,4 +119,95 @@ fn a_v1_lock_saved_without_a_ttl_is_not_held_forever_after_loading() {
     } else {
         assert!(pttl > 0, "PTTL persisted: {pttl}");
     }
+}
+
+/// The holders of `tests/fixtures/v3-locks.rdb`, per lock: (key, mode,
+/// limit, [(owner, count, fence, lease end)]).
+type Saved = (
+    &'static str,
+    &'static str,
+    i64,
+    &'static [(&'static str, i64, i64, i64)],
+);
+
+const V3_LOCKS: [Saved; 3] = [
+    (
+        "pool",
+        "shared",
+        3,
+        &[
+            (
+                "c0ffee00-0000-4000-8000-00000000000a:1",
+                1,
+                1_882_737_165_587_185_664,
+                2_895_029_707_140,
+            ),
+            ("worker-b", 2, 1_882_737_165_593_477_120, 2_895_029_707_146),
+        ],
+    ),
+    (
+        "config",
+        "shared",
+        0,
+        &[
+            ("reader-1", 1, 1_882_737_165_608_157_184, 2_895_029_707_160),
+            ("reader-2", 1, 1_882_737_165_614_448_640, 2_795_518_079_390),
+        ],
+    ),
+    (
+        "job",
+        "exclusive",
+        0,
+        &[("worker-7", 2, 1_882_737_165_619_691_520, 2_895_029_707_171)],
+    ),
+];
+
+/// An RDB written by encoding version 3 (shared holds) loads with every
+/// holder's count, fence and lease end, the key's TTL at the latest lease,
+/// and the holds' start times; the owners go on holding their share.
+#[test]
+fn an_rdb_written_by_encoding_version_3_loads_every_holder() {
+    let server = start_on_rdb("v3-locks.rdb");
+    let mut c = server.conn();
+    for (key, mode, limit, holders) in V3_LOCKS {
+        let info = c
+            .lock_info(key)
+            .unwrap_or_else(|| panic!("{key} was not loaded"));
+        assert_eq!((info.mode.as_str(), info.limit), (mode, limit), "{key}");
+        let now = now_ms();
+        assert_eq!(info.holders.len(), holders.len(), "{key}: {info:?}");
+        for (got, &(owner, count, fence, lease_end)) in info.holders.iter().zip(holders) {
+            assert_eq!(
+                (got.owner.as_str(), got.count, got.fence),
+                (owner, count, fence)
+            );
+            let left = lease_end - now;
+            assert!(
+                (got.ttl - left).abs() <= 1_000,
+                "{key}/{owner}: ttl {}",
+                got.ttl
+            );
+            // The holds began when the file was made, not when it loaded.
+            assert!(
+                got.held > now - 1_795_518_079_400,
+                "{key}/{owner}: held {}",
+                got.held
+            );
+        }
+        let latest = holders.iter().map(|h| h.3).max().unwrap_or(0);
+        assert_eq!(c.int(&["PEXPIRETIME", key]), latest, "{key}");
+    }
+    let fresh = c.acquire("fresh", "zed", 60_000).expect("free");
+    assert!(
+        fresh > 1_882_737_165_619_691_520,
+        "fences go on above the file's"
+    );
+    // A third permit is free; a fourth is not; the holders still hold.
+    let third = c.call(&["LOCK.ACQUIRE", "pool", "c", "60000", "SHARED", "LIMIT", "3"]);
+    assert!(matches!(third, Ok(redis::Value::Int(_))), "{third:?}");
+    let fourth = c.call(&["LOCK.ACQUIRE", "pool", "d", "60000", "SHARED", "LIMIT", "3"]);
+    assert_eq!(fourth, Ok(redis::Value::Nil));
+    assert_eq!(c.int(&["LOCK.RELEASE", "pool", "worker-b"]), 1);
+    assert_eq!(c.int(&["LOCK.RELEASE", "config", "reader-2"]), 0);
+    assert_eq!(c.int(&["LOCK.RENEW", "job", "worker-7", "60000"]), 1);
 }
