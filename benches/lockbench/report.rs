@@ -48,7 +48,7 @@ pub fn render(ctx: &Ctx, r: &Results, took: Duration) -> String {
         out,
         "Module: `{}`, built from commit {}.",
         ctx.module.display(),
-        server::source_revision()
+        server::source_revision(ctx.module)
     );
     let _ = writeln!(
         out,
