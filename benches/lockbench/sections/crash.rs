@@ -231,6 +231,7 @@ pub fn render(ctx: &Ctx, r: &Results, out: &mut String) {
             "EPHEMERAL ÷ module",
             "server µs/pair: module",
             "EPHEMERAL",
+            "EPHEMERAL ÷ module, server CPU",
         ]);
         for pipeline in [1, 16] {
             let med = |eph: bool, f: &dyn Fn(&Pairs) -> f64| {
@@ -241,23 +242,24 @@ pub fn render(ctx: &Ctx, r: &Results, out: &mut String) {
                     .collect();
                 median(&v)
             };
-            let ratios: Vec<f64> = c
-                .pairs
-                .iter()
-                .filter_map(|rep| {
-                    Some(
-                        rep.get(&(pipeline, true))?.pairs_per_s
-                            / rep.get(&(pipeline, false))?.pairs_per_s,
-                    )
-                })
-                .collect();
+            let within = |f: &dyn Fn(&Pairs) -> f64| {
+                let v: Vec<f64> = c
+                    .pairs
+                    .iter()
+                    .filter_map(|rep| {
+                        Some(f(rep.get(&(pipeline, true))?) / f(rep.get(&(pipeline, false))?))
+                    })
+                    .collect();
+                median(&v)
+            };
             t.row(vec![
                 pipeline.to_string(),
                 count(med(false, &|p| p.pairs_per_s)),
                 count(med(true, &|p| p.pairs_per_s)),
-                ratio(median(&ratios)),
+                ratio(within(&|p| p.pairs_per_s)),
                 num(med(false, &|p| p.cpu_us_per_pair), 2),
                 num(med(true, &|p| p.cpu_us_per_pair), 2),
+                ratio(within(&|p| p.cpu_us_per_pair)),
             ]);
         }
         out.push_str(&t.render());
