@@ -525,7 +525,7 @@ fn render(plan: &Plan, version: &str, seed: u64, results: &Results, took: Durati
         "{}, module {}, hash seed {seed}, {} and {} operations per counted run, each figure measured twice \
          (\"runs differ by\": the larger of the two columns' differences); the whole run took {:.1} min.\n",
         markdown::utc_now(),
-        server::source_revision(),
+        server::source_revision(Path::new(env!("CARGO_MANIFEST_DIR"))),
         count(plan.n1 as f64),
         count(plan.n2 as f64),
         took.as_secs_f64() / 60.0

@@ -24,6 +24,7 @@
 //! | [`throughput`] | 1 and 5a: uncontended pairs/s through `redis-benchmark` |
 //! | [`contended`] | 2: C clients on one lock, acquire → `INCR` → release |
 //! | [`takeover`] | 3: a holder vanishes, time from lease end to the waiter's hold |
+//! | [`crash`] | a holder process killed: time from the kill to the waiter's hold; what `EPHEMERAL` costs |
 //! | [`memory`] | 4: the bulk loader and `used_memory` per held lock |
 //! | [`drain`] | 5b: server CPU per hand-off with N clients waiting |
 //! | [`shared`], [`shared_recipes`] | shared holds: read-write locks and semaphores: the recipes' Lua, throughput, the stress check |
@@ -32,6 +33,7 @@
 //! Without `--bench` (as `cargo test --all-targets` runs it) it does nothing.
 
 mod contended;
+mod crash;
 mod drain;
 mod locks;
 mod markdown;
@@ -63,6 +65,10 @@ use server::{build_seed_shim, Machine, RunDir, Server};
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn main() -> ExitCode {
+    // The crash section starts this binary again as a lock holder to kill.
+    if let Some(code) = crash::holder_main() {
+        return code;
+    }
     let Some(args) = BenchArgs::parse("lockbench", "bench") else {
         return ExitCode::SUCCESS;
     };

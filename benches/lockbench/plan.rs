@@ -33,6 +33,11 @@ pub struct Plan {
     pub shared_window: Duration,
     /// Length of each shared-hold stress run.
     pub stress_window: Duration,
+    /// Crashed-holder takeover trials at leases of 1 s, 10 s and 30 s.
+    pub crash_trials: [usize; 3],
+    /// Clients per disconnect-churn run, and runs of each.
+    pub churn_clients: usize,
+    pub churn_reps: usize,
     /// The watchdog aborts the run after this.
     pub budget: Duration,
 }
@@ -57,6 +62,9 @@ pub const FULL: Plan = Plan {
     shared_reps: 5,
     shared_window: Duration::from_millis(1_500),
     stress_window: Duration::from_secs(4),
+    crash_trials: [10, 3, 3],
+    churn_clients: 10_000,
+    churn_reps: 3,
     budget: Duration::from_secs(15 * 60),
 };
 
@@ -76,6 +84,10 @@ pub const QUICK: Plan = Plan {
     shared_reps: 2,
     shared_window: Duration::from_millis(600),
     stress_window: Duration::from_secs(2),
+    // The 1 s row only: a lease-end takeover takes the whole lease.
+    crash_trials: [5, 0, 0],
+    churn_clients: 2_000,
+    churn_reps: 1,
     budget: Duration::from_secs(4 * 60),
     // The same client counts, locks and waiters as the full run.
     ..FULL

@@ -48,7 +48,7 @@ pub fn render(ctx: &Ctx, r: &Results, took: Duration) -> String {
         out,
         "Module: `{}`, built from commit {}.",
         ctx.module.display(),
-        server::source_revision()
+        server::source_revision(ctx.module)
     );
     let _ = writeln!(
         out,
@@ -603,4 +603,5 @@ fn render_details(ctx: &Ctx, r: &Results, out: &mut String) {
     }
     out.push('\n');
     crate::sections::shared::render(ctx, r, out);
+    crate::sections::crash::render(ctx, r, out);
 }

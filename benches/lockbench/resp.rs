@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 /// How long a blocking read or write may take before the bench gives up:
 /// a hung server fails the run instead of hanging it.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest socket timeout one read waits before it is set again.
+const TIMEOUT_SLICE: Duration = Duration::from_millis(100);
 
 /// One reply, RESP2 and RESP3 folded together (maps and sets become arrays).
 #[derive(Debug, Clone, PartialEq)]
@@ -219,8 +221,12 @@ impl Conn {
                 return Ok(None);
             }
             // A zero timeout means "forever" to the OS: keep at least 1 µs.
+            // A socket timeout runs on the kernel's timer wheel, whose
+            // granularity grows with the timeout (about an eighth of it: a
+            // 30 s wait woke up to a second late); slices of at most
+            // `TIMEOUT_SLICE` keep a wait within a tick of its deadline.
             self.stream
-                .set_read_timeout(Some(left.max(Duration::from_micros(1))))?;
+                .set_read_timeout(Some(left.clamp(Duration::from_micros(1), TIMEOUT_SLICE)))?;
             match self.fill() {
                 Ok(()) => {}
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}

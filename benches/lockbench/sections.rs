@@ -3,6 +3,7 @@
 //! [`ALL`], whose names `--only` takes.
 
 pub mod contended;
+pub mod crash;
 pub mod drain;
 pub mod memory;
 pub mod scale;
@@ -23,7 +24,7 @@ use crate::throughput::{PairRun, Subject};
 use crate::Res;
 
 /// The sections, in run order.
-pub const ALL: [(&str, Section); 7] = [
+pub const ALL: [(&str, Section); 8] = [
     ("uncontended", uncontended::run),
     ("contended", contended::run),
     ("takeover", takeover::run),
@@ -31,6 +32,7 @@ pub const ALL: [(&str, Section); 7] = [
     ("scale", scale::run),
     ("drain", drain::run),
     ("shared", shared::run),
+    ("crash", crash::run),
 ];
 
 /// One section of the run: measures and adds to the results.
@@ -70,6 +72,8 @@ pub struct Results {
     pub drain: Vec<HashMap<(usize, Kind), Drain>>,
     /// Shared holds: throughput and the stress check.
     pub shared: shared::SharedResults,
+    /// A crashed holder's takeover and what `EPHEMERAL` costs.
+    pub crash: crash::CrashResults,
     pub errors: Vec<String>,
 }
 

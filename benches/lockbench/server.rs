@@ -173,13 +173,20 @@ pub fn redis_benchmark_bin() -> String {
     std::env::var("REDIS_BENCHMARK").unwrap_or_else(|_| "redis-benchmark".into())
 }
 
-/// What the module under test was built from: this checkout's commit, and
-/// whether `src/` had uncommitted changes (`git`; "unknown" without it).
-pub fn source_revision() -> String {
+/// What the checkout holding `path` is at: its commit, and whether its
+/// `src/` had uncommitted changes (`git`; "unknown" without it). Given the
+/// module's own path, this names the build measured even when `LOCK_MODULE`
+/// points into another worktree than the bench's.
+pub fn source_revision(path: &Path) -> String {
+    let dir = if path.is_dir() {
+        path
+    } else {
+        path.parent().unwrap_or(path)
+    };
     let git = |args: &[&str]| {
         Command::new("git")
             .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
+            .arg(dir)
             .args(args)
             .output()
             .ok()
@@ -187,7 +194,7 @@ pub fn source_revision() -> String {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     match git(&["rev-parse", "--short", "HEAD"]) {
-        Some(rev) => match git(&["status", "--porcelain", "--", "src"]) {
+        Some(rev) => match git(&["status", "--porcelain", "--", ":/src"]) {
             Some(changes) if !changes.is_empty() => format!("{rev} + uncommitted changes in src/"),
             _ => rev,
         },
