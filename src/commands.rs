@@ -172,6 +172,42 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
     })
 }
 
+/// `LOCK.QUEUE key` → the clients waiting on the lock, first in line
+/// first, each a map (a flat array under RESP2) of `client`, `owner`,
+/// `mode`, `waited` (ms so far) and `timeout` (ms left, -1 for none); an
+/// empty array when nobody waits. A key of another type is `WRONGTYPE`, as
+/// for `LOCK.INFO`.
+pub fn queue(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.QUEUE", input, |argv| {
+        // The same grammar as `LOCK.INFO`: the key alone.
+        args::parse_info(argv)?;
+        let key_name = input.key()?;
+        LockKey::open(ctx, &key_name, Access::Read).holds()?;
+        let line = waiting::queue(ctx, &key_name);
+        raw::reply_with_array(ctx.ctx, line.len() as c_long);
+        for waiter in line {
+            let mode = match waiter.mode {
+                Mode::Exclusive => "exclusive",
+                Mode::Shared { .. } => "shared",
+            };
+            let timeout = waiter.timeout_ms.map_or(RedisValue::Integer(-1), integer);
+            let entry = [
+                ("client", integer(waiter.client)),
+                ("owner", RedisValue::StringBuffer(waiter.owner)),
+                ("mode", RedisValue::SimpleStringStatic(mode)),
+                ("waited", integer(waiter.waited_ms)),
+                ("timeout", timeout),
+            ];
+            raw::reply_with_map(ctx.ctx, entry.len() as c_long);
+            for (name, value) in entry {
+                ctx.reply(Ok(RedisValue::SimpleStringStatic(name)));
+                ctx.reply(Ok(value));
+            }
+        }
+        Ok(RedisValue::NoReply)
+    })
+}
+
 /// `LOCK.APPLY key owner count fence [PXAT unix-ms]` → OK, or the short
 /// form of a renewal, `LOCK.APPLY key PXAT unix-ms` (the hold keeps its
 /// owner, count and fence). Internal: how a master's decision reaches

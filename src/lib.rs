@@ -110,6 +110,7 @@ mod registration {
             (&commandinfo::RENEW, shim!(commands::renew, false)),
             (&commandinfo::FENCE, shim!(commands::fence, false)),
             (&commandinfo::INFO, shim!(commands::info, false)),
+            (&commandinfo::QUEUE, shim!(commands::queue, false)),
             (&commandinfo::APPLY, shim!(commands::apply, true)),
             (&commandinfo::LAST_FENCE, shim!(commands::last_fence, false)),
         ];

@@ -10,6 +10,7 @@ pub mod config;
 pub mod datatype;
 pub mod events;
 pub mod key;
+pub mod latency;
 pub mod partition;
 pub mod propagation;
 pub mod quarantine;
