@@ -12,6 +12,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 use crate::args;
 use crate::error::LockError;
 use crate::ffi::key::{Access, Lease, LockKey};
+use crate::ffi::latency::Tracked;
 use crate::ffi::waiting::{self, Server};
 use crate::ffi::{config, guard, now_ms, partition, Args};
 use crate::holds::Mode;
@@ -87,6 +88,11 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
+        let tracked = Tracked::before(&key);
+        let before = key.holds().ok().flatten().and_then(|holds| {
+            let fence = holds.of(req.owner, key.now())?.hold.fence;
+            Some(fence)
+        });
         let hold = if key.is_shared() {
             let now = key.now();
             let mut holds = key.holds()?.unwrap_or_default();
@@ -99,6 +105,8 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
             key.apply(req.owner, hold, Lease::Kept);
             hold
         };
+        // The raised hold goes on; shared holds whose lease ended, end.
+        tracked.after(&key, before.map(|from| (from, hold.fence)));
         // Replicas and the AOF raise their counter as they apply it
         // (`LOCK.APPLY` observes the fence it carries).
         fence::observe(hold.fence);

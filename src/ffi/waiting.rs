@@ -61,7 +61,7 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::error::LockError;
 use crate::ffi::key::LockKey;
-use crate::ffi::latency;
+use crate::ffi::latency::{self, Tracked};
 use crate::ffi::{self, config, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Deadlines, Engine, Gate, Timer};
@@ -96,7 +96,8 @@ impl Drop for BlockedClient {
 pub struct Parked {
     client: BlockedClient,
     deadline: Option<u64>,
-    /// When it parked ([`latency::now_us`]): `LOCK.QUEUE`'s `waited`.
+    /// When it parked ([`latency::now_us`]): `LOCK.QUEUE`'s `waited` and
+    /// `INFO lock`'s `wait_usec`.
     since_us: u64,
 }
 
@@ -276,7 +277,9 @@ impl<'c> Host for Server<'c> {
         if holds.holders().is_empty() {
             return self.remove(key, Removal::Released);
         }
+        let tracked = Tracked::before(key);
         key.store_holds(holds);
+        tracked.after(key, None);
         key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
     }
 
@@ -299,7 +302,14 @@ impl<'c> Host for Server<'c> {
         if event == Event::HandOver {
             key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
         }
+        // A fresh hold (granted, or handed over in place) begins, and
+        // ends the one it replaces; other changes keep the fence.
+        let tracked =
+            matches!(event, Event::Acquire | Event::HandOver).then(|| Tracked::before(key));
         key.apply(owner, hold, lease);
+        if let Some(tracked) = tracked {
+            tracked.after(key, None);
+        }
         key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
     }
 
@@ -378,6 +388,7 @@ impl<'c> Host for Server<'c> {
 
     fn reply_granted(&mut self, id: u64, handle: Parked, _: &LockName, fence: u64, _until: u64) {
         forget_deadline(id, handle.deadline);
+        latency::wait_granted(handle.since_us);
         answer_granted(self.ctx.ctx, id, handle.client, fence);
     }
 

@@ -1,11 +1,12 @@
-//! Watching a lock: `LOCK.QUEUE` (who waits, in line, for how long).
+//! Watching a lock: `LOCK.QUEUE` (who waits, in line, for how long) and
+//! `INFO lock`'s `wait_usec` and `hold_usec` latency lines.
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
-use crate::harness::{text, wait_on, wait_until, Call, Server, LONG};
+use crate::harness::{start_replica, text, wait_on, wait_until, Call, Server, LONG};
 
 /// One `LOCK.QUEUE` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -260,4 +261,172 @@ fn command_docs_describe_lock_queue() {
             "COMMAND DOCS lock.queue lacks {part}: {shown}"
         );
     }
+}
+
+/// `INFO lock`'s latency line `name`: (p50, p99, p99.9, count).
+fn latency(server: &Server, name: &str) -> (f64, f64, f64, u64) {
+    let line = server.info_field("lock", &format!("lock_{name}"));
+    let mut parts = line.split(',').map(|part| {
+        let (_, value) = part
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{name}: {line}"));
+        value.to_string()
+    });
+    let mut next = || -> String { parts.next().unwrap_or_else(|| panic!("{name}: {line}")) };
+    let p50 = next().parse().expect("p50");
+    let p99 = next().parse().expect("p99");
+    let p999 = next().parse().expect("p99.9");
+    let count = next().parse().expect("count");
+    assert_eq!(
+        line,
+        format!("p50={p50:.3},p99={p99:.3},p99.9={p999:.3},count={count}"),
+        "{name} in latencystats form"
+    );
+    (p50, p99, p999, count)
+}
+
+/// A hold of at least `ms` on `key`: (held at least, held at most) in µs
+/// as the client saw it — the server's hold lies between.
+fn hold_for(c: &mut Connection, key: &str, ms: u64) -> (f64, f64) {
+    let sent = Instant::now();
+    c.acquire(key, "holder", LONG).expect("free");
+    let granted = Instant::now();
+    thread::sleep(Duration::from_millis(ms));
+    let releasing = Instant::now();
+    assert_eq!(c.int(&["LOCK.RELEASE", key, "holder"]), 0);
+    let released = Instant::now();
+    let inner = releasing.duration_since(granted).as_micros() as f64;
+    let outer = released.duration_since(sent).as_micros() as f64;
+    (inner, outer)
+}
+
+#[test]
+fn hold_usec_reports_how_long_holds_lasted_within_what_the_client_saw() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(latency(&server, "hold_usec"), (0.0, 0.0, 0.0, 0));
+    assert_eq!(latency(&server, "wait_usec"), (0.0, 0.0, 0.0, 0));
+    let short: Vec<(f64, f64)> = (0..3).map(|_| hold_for(&mut c, "k", 50)).collect();
+    let long = hold_for(&mut c, "k", 200);
+    let (p50, p99, p999, count) = latency(&server, "hold_usec");
+    assert_eq!(count, 4);
+    // p50 is one of the short holds, p99 and p99.9 the long one (1% error).
+    let low = short.iter().map(|s| s.0).fold(f64::MAX, f64::min);
+    let high = short.iter().map(|s| s.1).fold(0.0, f64::max);
+    assert!(
+        p50 >= low * 0.99 && p50 <= high * 1.01,
+        "p50 {p50} not in {low}..{high}"
+    );
+    for p in [p99, p999] {
+        assert!(
+            p >= long.0 * 0.99 && p <= long.1 * 1.01,
+            "{p} not in {}..{}",
+            long.0,
+            long.1
+        );
+    }
+    assert_eq!(latency(&server, "wait_usec").3, 0, "nobody waited");
+}
+
+#[test]
+fn wait_usec_reports_how_long_granted_waits_waited() {
+    let server = Server::start();
+    let mut alice = server.conn();
+    alice.acquire("k", "alice", LONG).expect("free");
+    let (b, _) = client(&server);
+    let queued = Instant::now();
+    let bob_waits = join(&server, b, "k", "bob", false, 10_000);
+    // Bob waits at least from when he was seen in line to the release.
+    let seen = Instant::now();
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(alice.int(&["LOCK.RELEASE", "k", "alice"]), 0);
+    let released = Instant::now();
+    assert!(matches!(bob_waits.join().expect("bob"), Ok(Value::Int(_))));
+    let (inner, outer) = (
+        released.duration_since(seen).as_micros() as f64,
+        released.duration_since(queued).as_micros() as f64,
+    );
+    let (p50, _, _, count) = latency(&server, "wait_usec");
+    assert_eq!(count, 1);
+    assert!(
+        p50 >= inner * 0.99 && p50 <= outer * 1.01,
+        "{p50} not in {inner}..{outer}"
+    );
+    assert_eq!(server.info_int("lock", "lock_handoffs"), 1);
+    // A wait that timed out was not granted: not counted.
+    let (d, _) = client(&server);
+    let dave = join(&server, d, "k", "dave", false, 50);
+    assert_eq!(dave.join().expect("dave"), Ok(Value::Nil));
+    assert_eq!(latency(&server, "wait_usec").3, 1);
+    // Alice's hold ended at her release (bob's goes on).
+    assert_eq!(latency(&server, "hold_usec").3, 1);
+}
+
+#[test]
+fn every_way_a_hold_ends_counts_once_and_only_holds_granted_here_count() {
+    let server = Server::start();
+    let replica = start_replica(&server, "replica");
+    let mut c = server.conn();
+    let ended = |server: &Server| latency(server, "hold_usec").3;
+
+    // Reentry, renewal and a raised fence end nothing.
+    let fence = c.acquire("a", "alice", LONG).expect("free");
+    c.acquire("a", "alice", LONG).expect("reentry");
+    c.int(&["LOCK.RENEW", "a", "alice", "60000"]);
+    c.int(&["LOCK.FENCE", "a", "alice", &(fence + 1000).to_string()]);
+    c.int(&["LOCK.RELEASE", "a", "alice"]);
+    assert_eq!(ended(&server), 0);
+    // Release to zero (after a raised fence).
+    c.int(&["LOCK.RELEASE", "a", "alice"]);
+    assert_eq!(ended(&server), 1);
+    // DEL.
+    c.acquire("b", "bob", LONG).expect("free");
+    assert_eq!(c.int(&["DEL", "b"]), 1);
+    assert_eq!(ended(&server), 2);
+    // An overwrite.
+    c.acquire("b", "bob", LONG).expect("free");
+    let _: () = c.value(&["SET", "b", "x"]);
+    assert_eq!(ended(&server), 3);
+    // A lease end: counted up to the lease end even if the key goes later.
+    c.acquire("e", "erin", 100).expect("free");
+    wait_until("erin's lease ends", Duration::from_secs(5), || {
+        c.int(&["EXISTS", "e"]) == 0
+    });
+    assert_eq!(ended(&server), 4);
+    // One reader of three leaves; the others go with FLUSHALL, as does an
+    // exclusive lock: one count per hold.
+    for owner in ["r1", "r2", "r3"] {
+        let reply = c.call(&["LOCK.ACQUIRE", "r", owner, "60000", "SHARED"]);
+        assert!(matches!(reply, Ok(Value::Int(_))), "{owner}: {reply:?}");
+    }
+    let r1 = c.int(&["LOCK.ACQUIRE", "r", "r1", "60000", "SHARED"]);
+    let raised = c.int(&["LOCK.FENCE", "r", "r1", &(r1 + 5000).to_string()]);
+    assert_eq!(raised, r1 + 5000);
+    assert_eq!(ended(&server), 4, "a reader's raised fence ends nothing");
+    c.int(&["LOCK.RELEASE", "r", "r2"]);
+    assert_eq!(ended(&server), 5);
+    c.acquire("x", "xavier", LONG).expect("free");
+    c.wait_replicas(1);
+    let _: () = c.value(&["FLUSHALL"]);
+    assert_eq!(ended(&server), 8);
+    assert!(latency(&server, "hold_usec").0 > 0.0);
+
+    // The replica stored every one of those holds and saw each end: none
+    // was granted there.
+    replica.catch_up_with(&server);
+    assert_eq!(latency(&replica, "hold_usec").3, 0);
+    assert_eq!(latency(&replica, "wait_usec").3, 0);
+    // Nor are holds that arrive by RESTORE.
+    c.acquire("d", "dora", LONG).expect("free");
+    let dump: Vec<u8> = c.value(&["DUMP", "d"]);
+    let _: () = c.value(&["FLUSHALL"]);
+    assert_eq!(ended(&server), 9);
+    let _: () = redis::cmd("RESTORE")
+        .arg("d")
+        .arg(0)
+        .arg(dump)
+        .query(&mut c)
+        .expect("RESTORE");
+    assert_eq!(c.int(&["DEL", "d"]), 1);
+    assert_eq!(ended(&server), 9);
 }
