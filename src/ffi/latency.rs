@@ -36,16 +36,23 @@ fn late_us(lease_ms: u64, now_ms: u64) -> u64 {
     now_ms.saturating_sub(lease_ms).saturating_mul(1000)
 }
 
+/// Calls `f` with each hold's (fence, lease end) in `value`.
+fn for_each_hold(value: &StoredLock, mut f: impl FnMut(u64, u64)) {
+    match value.shared() {
+        Some(holds) => {
+            for holder in holds.holders() {
+                f(holder.hold.fence, holder.hold.expires_at);
+            }
+        }
+        None => f(value.fence(), value.lease()),
+    }
+}
+
 /// Each hold in `value` as (fence, lease end).
 fn holds_of(value: &StoredLock) -> Vec<(u64, u64)> {
-    match value.shared() {
-        Some(holds) => holds
-            .holders()
-            .iter()
-            .map(|h| (h.hold.fence, h.hold.expires_at))
-            .collect(),
-        None => vec![(value.fence(), value.lease())],
-    }
+    let mut holds = Vec::new();
+    for_each_hold(value, |fence, lease| holds.push((fence, lease)));
+    holds
 }
 
 /// The holds in a key before the module writes it, to compare with after.
@@ -68,6 +75,15 @@ impl Tracked {
     /// grant made here). `raised`: `LOCK.FENCE` moved one hold's fence
     /// (from, to), and that hold goes on.
     pub fn after(mut self, key: &LockKey, raised: Option<(u64, u64)>) {
+        if self.0.is_empty() {
+            // A lock taken while free (the common case): every hold now
+            // there begins, with no comparing.
+            if let Ok(Some(value)) = key.stored() {
+                let now = now_us();
+                for_each_hold(value, |fence, _| HOLDS.begin(fence, now));
+            }
+            return;
+        }
         let after = key
             .stored()
             .ok()
@@ -108,17 +124,9 @@ pub fn value_freed(value: &StoredLock) {
         return;
     }
     let (now, now_ms) = (now_us(), now_ms());
-    match value.shared() {
-        Some(holds) => {
-            for holder in holds.holders() {
-                let late = late_us(holder.hold.expires_at, now_ms);
-                HOLDS.end(holder.hold.fence, now, late);
-            }
-        }
-        None => {
-            HOLDS.end(value.fence(), now, late_us(value.lease(), now_ms));
-        }
-    }
+    for_each_hold(value, |fence, lease| {
+        HOLDS.end(fence, now, late_us(lease, now_ms));
+    });
 }
 
 /// `INFO lock`'s `wait_usec` value.
