@@ -89,6 +89,18 @@ impl HoldClock {
         Some(length)
     }
 
+    /// [`HoldClock::end`] of `ended` and [`HoldClock::begin`] of `begun`
+    /// in one step (a hand-off in place: one hold ends as the next begins).
+    pub fn replace(&self, ended: u64, begun: u64, now_us: u64, late_us: u64) -> Option<u64> {
+        let start = self.with(|map| {
+            map.insert(begun, now_us);
+            map.remove(&ended)
+        })?;
+        let length = now_us.saturating_sub(late_us).saturating_sub(start);
+        self.lengths.record(length);
+        Some(length)
+    }
+
     /// Holds granted here and not ended yet.
     pub fn open(&self) -> usize {
         self.open.load(Relaxed)
@@ -150,6 +162,19 @@ mod tests {
         assert_eq!(clock.end(2, 10, 0), None);
         assert_eq!(clock.lengths.count(), 0);
         assert_eq!(clock.open(), 1);
+    }
+
+    #[test]
+    fn a_hold_handed_on_in_place_ends_as_the_next_begins() {
+        let clock = HoldClock::new();
+        clock.begin(1, 100);
+        assert_eq!(clock.replace(1, 2, 400, 0), Some(300));
+        assert_eq!(clock.open(), 1);
+        assert_eq!(clock.end(2, 1_000, 0), Some(600));
+        // The one before was not granted here: the next one still begins.
+        assert_eq!(clock.replace(8, 9, 0, 0), None);
+        assert_eq!(clock.end(9, 50, 0), Some(50));
+        assert_eq!(clock.lengths.count(), 3);
     }
 
     #[test]

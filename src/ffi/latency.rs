@@ -56,41 +56,58 @@ fn holds_of(value: &StoredLock) -> Vec<(u64, u64)> {
 }
 
 /// The holds in a key before the module writes it, to compare with after.
-pub struct Tracked(Vec<(u64, u64)>);
+pub enum Tracked {
+    /// No lock there.
+    Free,
+    /// One exclusive hold: (fence, lease end). Compared without allocating.
+    One(u64, u64),
+    /// Shared holds: (fence, lease end) each.
+    Many(Vec<(u64, u64)>),
+}
 
 impl Tracked {
     /// Notes what `key` holds now.
     pub fn before(key: &LockKey) -> Tracked {
-        Tracked(
-            key.stored()
-                .ok()
-                .flatten()
-                .map(holds_of)
-                .unwrap_or_default(),
-        )
+        match key.stored() {
+            Ok(Some(value)) if value.shared().is_none() => {
+                Tracked::One(value.fence(), value.lease())
+            }
+            Ok(Some(value)) => Tracked::Many(holds_of(value)),
+            _ => Tracked::Free,
+        }
     }
 
     /// The write is done: holds whose fence went ended, new fences began
     /// (the module writes only what it decided, so every new hold is a
     /// grant made here). `raised`: `LOCK.FENCE` moved one hold's fence
     /// (from, to), and that hold goes on.
-    pub fn after(mut self, key: &LockKey, raised: Option<(u64, u64)>) {
-        if self.0.is_empty() {
+    pub fn after(self, key: &LockKey, raised: Option<(u64, u64)>) {
+        let stored = key.stored().ok().flatten();
+        let mut before = match (self, stored) {
             // A lock taken while free (the common case): every hold now
             // there begins, with no comparing.
-            if let Ok(Some(value)) = key.stored() {
+            (Tracked::Free, Some(value)) => {
                 let now = now_us();
                 for_each_hold(value, |fence, _| HOLDS.begin(fence, now));
+                return;
             }
-            return;
-        }
-        let after = key
-            .stored()
-            .ok()
-            .flatten()
-            .map(holds_of)
-            .unwrap_or_default();
-        let mut before_fences: Vec<u64> = self.0.iter().map(|h| h.0).collect();
+            (Tracked::Free, None) => return,
+            // One exclusive hold before and after: the same hold, a raised
+            // fence, or a hand-off in place.
+            (Tracked::One(old, lease), Some(value)) if value.shared().is_none() => {
+                let new = value.fence();
+                if raised == Some((old, new)) {
+                    HOLDS.raised(old, new);
+                } else if old != new {
+                    HOLDS.replace(old, new, now_us(), late_us(lease, now_ms()));
+                }
+                return;
+            }
+            (Tracked::One(fence, lease), _) => vec![(fence, lease)],
+            (Tracked::Many(holds), _) => holds,
+        };
+        let after = stored.map(holds_of).unwrap_or_default();
+        let mut before_fences: Vec<u64> = before.iter().map(|h| h.0).collect();
         let mut after_fences: Vec<u64> = after.iter().map(|h| h.0).collect();
         let (mut ended, mut begun) = latency::changes(&mut before_fences, &mut after_fences);
         if let Some((from, to)) = raised.filter(|(from, to)| from != to) {
@@ -103,12 +120,11 @@ impl Tracked {
         }
         let (now, now_ms) = (now_us(), now_ms());
         // By fence, to find each ended hold's lease in O(log n).
-        self.0.sort_unstable();
+        before.sort_unstable();
         for fence in ended {
-            let lease = self
-                .0
+            let lease = before
                 .binary_search_by_key(&fence, |h| h.0)
-                .map_or(now_ms, |i| self.0[i].1);
+                .map_or(now_ms, |i| before[i].1);
             HOLDS.end(fence, now, late_us(lease, now_ms));
         }
         for fence in begun {
