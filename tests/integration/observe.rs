@@ -432,3 +432,24 @@ fn every_way_a_hold_ends_counts_once_and_only_holds_granted_here_count() {
     assert_eq!(c.int(&["DEL", "d"]), 1);
     assert_eq!(ended(&server), 9);
 }
+
+#[test]
+fn a_hold_whose_lease_ran_out_counts_up_to_its_lease_end_not_to_the_key_going() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // Nobody waits and nothing reads the key (`INFO` does not), so nothing
+    // looks at the lock at its lease end: Redis deletes the key when its
+    // expiry cycle finds it, often tens of ms after.
+    c.acquire("e", "erin", 150).expect("free");
+    wait_until("erin's hold is counted", Duration::from_secs(5), || {
+        latency(&server, "hold_usec").3 == 1
+    });
+    let (p50, _, _, count) = latency(&server, "hold_usec");
+    assert_eq!(count, 1);
+    // The lease is in whole ms of the wall clock, the length in µs of a
+    // monotonic one: a few ms either way, and the histogram's 1%.
+    assert!(
+        (147_000.0 * 0.99..=153_000.0 * 1.01).contains(&p50),
+        "a 150 ms lease counted as {p50} µs"
+    );
+}
