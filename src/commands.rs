@@ -12,6 +12,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 use crate::args;
 use crate::error::LockError;
 use crate::ffi::key::{Access, Lease, LockKey};
+use crate::ffi::latency::Tracked;
 use crate::ffi::waiting::{self, Server};
 use crate::ffi::{config, guard, now_ms, partition, Args};
 use crate::holds::Mode;
@@ -87,6 +88,11 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
+        let tracked = Tracked::before(&key);
+        let before = key.holds().ok().flatten().and_then(|holds| {
+            let fence = holds.of(req.owner, key.now())?.hold.fence;
+            Some(fence)
+        });
         let hold = if key.is_shared() {
             let now = key.now();
             let mut holds = key.holds()?.unwrap_or_default();
@@ -99,6 +105,8 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
             key.apply(req.owner, hold, Lease::Kept);
             hold
         };
+        // The raised hold goes on; shared holds whose lease ended, end.
+        tracked.after(&key, before.map(|from| (from, hold.fence)));
         // Replicas and the AOF raise their counter as they apply it
         // (`LOCK.APPLY` observes the fence it carries).
         fence::observe(hold.fence);
@@ -161,6 +169,42 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
                 ("ttl", integer(holder.hold.expires_at - now)),
                 ("held", integer(now.saturating_sub(holder.since))),
                 ("ephemeral", integer(0)),
+            ];
+            raw::reply_with_map(ctx.ctx, entry.len() as c_long);
+            for (name, value) in entry {
+                ctx.reply(Ok(RedisValue::SimpleStringStatic(name)));
+                ctx.reply(Ok(value));
+            }
+        }
+        Ok(RedisValue::NoReply)
+    })
+}
+
+/// `LOCK.QUEUE key` → the clients waiting on the lock, first in line
+/// first, each a map (a flat array under RESP2) of `client`, `owner`,
+/// `mode`, `waited` (ms so far) and `timeout` (ms left, -1 for none); an
+/// empty array when nobody waits. A key of another type is `WRONGTYPE`, as
+/// for `LOCK.INFO`.
+pub fn queue(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.QUEUE", input, |argv| {
+        // The same grammar as `LOCK.INFO`: the key alone.
+        args::parse_info(argv)?;
+        let key_name = input.key()?;
+        LockKey::open(ctx, &key_name, Access::Read).holds()?;
+        let line = waiting::queue(ctx, &key_name);
+        raw::reply_with_array(ctx.ctx, line.len() as c_long);
+        for waiter in line {
+            let mode = match waiter.mode {
+                Mode::Exclusive => "exclusive",
+                Mode::Shared { .. } => "shared",
+            };
+            let timeout = waiter.timeout_ms.map_or(RedisValue::Integer(-1), integer);
+            let entry = [
+                ("client", integer(waiter.client)),
+                ("owner", RedisValue::StringBuffer(waiter.owner)),
+                ("mode", RedisValue::SimpleStringStatic(mode)),
+                ("waited", integer(waiter.waited_ms)),
+                ("timeout", timeout),
             ];
             raw::reply_with_map(ctx.ctx, entry.len() as c_long);
             for (name, value) in entry {

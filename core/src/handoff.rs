@@ -275,6 +275,13 @@ impl<H> Engine<H> {
             .collect()
     }
 
+    /// The clients waiting on `name`, first in line first, with what each
+    /// asked for. One pass over the queue (whose tombstones never outnumber
+    /// its waiters by more than twice plus a few): O(waiters).
+    pub fn queue<'a>(&'a self, name: &LockName) -> impl Iterator<Item = (u64, &'a Waiter<H>)> + 'a {
+        self.queues.iter(name)
+    }
+
     /// Whether client `id` was granted a lock whose reply it has not had.
     pub fn is_in_flight(&self, id: u64) -> bool {
         self.in_flight.contains_key(&id)
@@ -855,6 +862,40 @@ mod tests {
         assert_eq!(g.then.map(|t| t.at), Some(NOW + 101));
         let g = granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None));
         assert_eq!(g.then, None);
+    }
+
+    #[test]
+    fn the_queue_lists_waiters_in_line_with_what_they_asked_for() {
+        let mut e = Engine::default();
+        for id in [4, 2, 8] {
+            park(&mut e, "k", id);
+        }
+        let reader = Waiter {
+            mode: Mode::READ,
+            ..waiter(6)
+        };
+        assert!(e.park(name("k"), 6, reader, None, NOW).is_ok());
+        park(&mut e, "other", 5);
+        let line = |e: &Engine<Handle>| -> Vec<(u64, Vec<u8>, Mode)> {
+            e.queue(&name("k"))
+                .map(|(id, w)| (id, w.owner.clone(), w.mode))
+                .collect()
+        };
+        assert_eq!(
+            line(&e),
+            [
+                (4, b"w4".to_vec(), Mode::Exclusive),
+                (2, b"w2".to_vec(), Mode::Exclusive),
+                (8, b"w8".to_vec(), Mode::Exclusive),
+                (6, b"w6".to_vec(), Mode::READ),
+            ]
+        );
+        // One leaves from the middle, the head is served: both disappear.
+        e.leave(2);
+        granted(e.serve(&name("k"), Key::Free, NOW, Gate::Open, None));
+        let ids: Vec<u64> = line(&e).into_iter().map(|w| w.0).collect();
+        assert_eq!(ids, [8, 6]);
+        assert_eq!(e.queue(&name("free")).count(), 0);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! | [`partition`] | the replicas gate: no grant where Redis would refuse writes for lack of replicas, nor until they are seen following again |
 //! | [`cluster`] | hash slots and where a migrated key went |
 //! | [`histogram`] | latency histograms (log-linear, within 1%) for `INFO lock`'s `wait_usec` and `hold_usec` |
+//! | [`latency`] | how long waits and holds granted here last, recorded in those histograms |
 //! | [`stats`] | counters for `INFO lock` |
 
 pub mod args;
@@ -31,6 +32,7 @@ pub mod fence;
 pub mod handoff;
 pub mod histogram;
 pub mod holds;
+pub mod latency;
 pub mod limits;
 pub mod lock;
 pub mod orchestrate;

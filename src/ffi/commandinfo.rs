@@ -208,6 +208,18 @@ pub const INFO: Command = Command {
     args: &[KEY],
 };
 
+pub const QUEUE: Command = Command {
+    name: c"lock.queue",
+    flags: c"readonly fast",
+    key: Some(READ),
+    categories: "read fast",
+    summary:
+        c"Replies with the clients waiting on a lock, first in line first: each one's client id, \
+        owner, mode, ms waited so far and ms left before its timeout.",
+    complexity: c"O(N) where N is the number of clients waiting on the lock",
+    args: &[KEY],
+};
+
 pub const APPLY: Command = Command {
     name: c"lock.apply",
     flags: c"write fast",

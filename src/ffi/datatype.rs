@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
 use crate::args::MAX_OWNER_LEN;
-use crate::ffi::{guard, lock_may_exist, now_ms};
+use crate::ffi::{guard, latency, lock_may_exist, now_ms};
 use crate::holds::{Holder, Holds, Mode};
 use crate::lock::Hold;
 use crate::{fence, stats};
@@ -623,8 +623,14 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 
 /// Frees a value Redis no longer needs (may run on a lazy-free thread).
 extern "C" fn free(value: *mut c_void) {
-    // SAFETY: Redis frees each value it got from us exactly once.
-    guard("free", (), || unsafe { StoredLock::free_raw(value) });
+    // SAFETY: Redis frees each value it got from us exactly once, and
+    // passes one this type created, alive until freed here.
+    guard("free", (), || unsafe {
+        if let Some(lock) = value.cast::<StoredLock>().as_ref() {
+            latency::value_freed(lock);
+        }
+        StoredLock::free_raw(value)
+    });
 }
 
 /// A lock key leaves the keyspace (DEL, expiry, eviction, overwrite…): note

@@ -10,6 +10,7 @@ pub mod config;
 pub mod datatype;
 pub mod events;
 pub mod key;
+pub mod latency;
 pub mod partition;
 pub mod propagation;
 pub mod quarantine;
@@ -178,6 +179,8 @@ extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         {
             raw::add_info_field_long_long(ctx, name, value);
         }
+        raw::add_info_field_str(ctx, "wait_usec", &latency::render_wait());
+        raw::add_info_field_str(ctx, "hold_usec", &latency::render_hold());
     });
 }
 

@@ -61,10 +61,11 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::error::LockError;
 use crate::ffi::key::LockKey;
+use crate::ffi::latency::{self, Tracked};
 use crate::ffi::{self, config, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Deadlines, Engine, Gate, Timer};
-use crate::holds::Holds;
+use crate::holds::{Holds, Mode};
 use crate::lock::{Hold, Lock};
 use crate::orchestrate::{self, Event, Host, Lease, Nil, Removal};
 use crate::queue::LockName;
@@ -95,6 +96,9 @@ impl Drop for BlockedClient {
 pub struct Parked {
     client: BlockedClient,
     deadline: Option<u64>,
+    /// When it parked ([`latency::now_us`]): `LOCK.QUEUE`'s `waited` and
+    /// `INFO lock`'s `wait_usec`.
+    since_us: u64,
 }
 
 /// What the reply callback tells the client once it is unblocked.
@@ -132,6 +136,37 @@ fn with<R>(f: impl FnOnce(&mut Engine<Parked>) -> R) -> R {
 // ---------------------------------------------------------------------------
 // Questions the command handlers and events ask.
 // ---------------------------------------------------------------------------
+
+/// One client waiting on a lock, as `LOCK.QUEUE` shows it.
+pub struct Queued {
+    pub client: u64,
+    pub owner: Vec<u8>,
+    pub mode: Mode,
+    /// ms since it parked.
+    pub waited_ms: u64,
+    /// ms left before its `WAIT` deadline; `None` without one.
+    pub timeout_ms: Option<u64>,
+}
+
+/// The clients waiting on `key` (in the selected database), first in line
+/// first: one pass over its queue.
+pub fn queue(ctx: &Context, key: &RedisString) -> Vec<Queued> {
+    let Some(name) = orchestrate::waiting_on(&mut Server::new(ctx), key) else {
+        return Vec::new();
+    };
+    let (now, now_us) = (now_ms(), latency::now_us());
+    with(|e| {
+        e.queue(&name)
+            .map(|(client, waiter)| Queued {
+                client,
+                owner: waiter.owner.clone(),
+                mode: waiter.mode,
+                waited_ms: now_us.saturating_sub(waiter.handle.since_us) / 1000,
+                timeout_ms: waiter.handle.deadline.map(|at| at.saturating_sub(now)),
+            })
+            .collect()
+    })
+}
 
 /// The lock name of `key` in the context's selected database.
 fn lock_name(ctx: &Context, key: &RedisString) -> LockName {
@@ -242,7 +277,9 @@ impl<'c> Host for Server<'c> {
         if holds.holders().is_empty() {
             return self.remove(key, Removal::Released);
         }
+        let tracked = Tracked::before(key);
         key.store_holds(holds);
+        tracked.after(key, None);
         key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
     }
 
@@ -265,7 +302,14 @@ impl<'c> Host for Server<'c> {
         if event == Event::HandOver {
             key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
         }
+        // A fresh hold (granted, or handed over in place) begins, and
+        // ends the one it replaces; other changes keep the fence.
+        let tracked =
+            matches!(event, Event::Acquire | Event::HandOver).then(|| Tracked::before(key));
         key.apply(owner, hold, lease);
+        if let Some(tracked) = tracked {
+            tracked.after(key, None);
+        }
         key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
     }
 
@@ -344,6 +388,7 @@ impl<'c> Host for Server<'c> {
 
     fn reply_granted(&mut self, id: u64, handle: Parked, _: &LockName, fence: u64, _until: u64) {
         forget_deadline(id, handle.deadline);
+        latency::wait_granted(handle.since_us);
         answer_granted(self.ctx.ctx, id, handle.client, fence);
     }
 
@@ -425,6 +470,7 @@ fn block(ctx: &Context, timeout_ms: u64) -> Option<(u64, Parked)> {
     let parked = Parked {
         client: BlockedClient(client),
         deadline,
+        since_us: latency::now_us(),
     };
     Some((id, parked))
 }

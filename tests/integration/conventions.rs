@@ -160,6 +160,11 @@ const KEY_ACCESS: &[KeyAccess] = &[
         args: &["mykey"],
         flags: &["RO", "access"],
     },
+    KeyAccess {
+        name: "lock.queue",
+        args: &["mykey"],
+        flags: &["RO", "access"],
+    },
     // Replication's effect: it stores the master's decision whatever the
     // key held, as `SET` does.
     KeyAccess {
@@ -300,6 +305,10 @@ const DOCS: &[Docs] = &[
         args: &["key key"],
     },
     Docs {
+        name: "lock.queue",
+        args: &["key key"],
+    },
+    Docs {
         name: "lock.apply",
         args: &[
             "key key",
@@ -334,7 +343,13 @@ fn command_docs_describe_every_command_and_its_arguments() {
         );
         assert!(summary.len() > 20, "{name}: summary {summary:?}");
         assert_eq!(show(field(name, &doc, "since")), "0.1.0", "{name}");
-        assert_eq!(show(field(name, &doc, "complexity")), "O(1)", "{name}");
+        // Listing a lock's waiters takes a step per waiter; all else is O(1).
+        let complexity = if name == "lock.queue" {
+            "O(N) where N is the number of clients waiting on the lock"
+        } else {
+            "O(1)"
+        };
+        assert_eq!(show(field(name, &doc, "complexity")), complexity, "{name}");
         assert_eq!(show(field(name, &doc, "group")), "module", "{name}");
         assert_eq!(show(field(name, &doc, "module")), "lock", "{name}");
 
@@ -402,6 +417,7 @@ fn acl_categories_hold_the_commands_where_the_server_lets_a_module_set_them() {
         "lock.fence",
         "lock.info",
         "lock.lastfence",
+        "lock.queue",
         "lock.reenter",
         "lock.release",
         "lock.renew",
@@ -430,8 +446,8 @@ fn acl_categories_hold_the_commands_where_the_server_lets_a_module_set_them() {
             None,
         ),
         Flavor::Redis72 | Flavor::Newer => (
-            but(&["lock.info"]),
-            only(&["lock.info"]),
+            but(&["lock.info", "lock.queue"]),
+            only(&["lock.info", "lock.queue"]),
             // Blocking commands are not fast, as `BLMOVE` is not.
             but(&["lock.acquire"]),
             only(&["lock.acquire"]),
@@ -474,6 +490,7 @@ fn only_lock_acquire_may_block_and_every_other_public_command_is_fast() {
         ("lock.renew", "fast", "blocking"),
         ("lock.fence", "fast", "blocking"),
         ("lock.info", "fast", "blocking"),
+        ("lock.queue", "fast", "blocking"),
     ] {
         let Ok(Value::Array(commands)) = c.call(&["COMMAND", "INFO", name]) else {
             panic!("COMMAND INFO {name}");

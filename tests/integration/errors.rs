@@ -111,6 +111,7 @@ fn too_few_arguments_get_the_standard_arity_error() {
         ("lock.renew", &["k"]),
         ("lock.renew", &["s", ""]),
         ("lock.info", &[]),
+        ("lock.queue", &[]),
     ];
     for (name, rest) in cases {
         let upper = name.to_uppercase();
@@ -139,6 +140,7 @@ fn arguments_past_the_grammar_are_a_syntax_error() {
         &["LOCK.RENEW", "k", "alice", "1000", "extra"],
         &["LOCK.INFO", "k", "extra"],
         &["LOCK.INFO", "free", "free"],
+        &["LOCK.QUEUE", "k", "extra"],
     ] {
         assert_eq!(f.refused(args, SYNTAX, ""), SYNTAX, "{args:?}");
     }

@@ -51,6 +51,9 @@ mod lease;
 /// `MIGRATE` inside `MULTI` or a Lua script with clients waiting:
 /// the waiters follow the lock to the target, none is granted on the source.
 mod migrate;
+/// Watching a lock: `LOCK.QUEUE`, and how long waits and holds last
+/// (`INFO lock`'s `wait_usec` and `hold_usec`).
+mod observe;
 /// The oversell test: 16 worker processes (`examples/oversell_worker.rs`)
 /// sell a stock of 500 under the lock; not one item more.
 mod oversell;

@@ -1,0 +1,156 @@
+//! Timing waits and holds for `INFO lock` (`wait_usec`, `hold_usec`; the
+//! bookkeeping is [`crate::latency`]'s).
+//!
+//! Lengths are measured on a monotonic clock in microseconds ([`now_us`]),
+//! so a wall-clock step changes none of them. A hold's begin and end are
+//! seen where they happen: the module's own writes (a grant, a hand-off in
+//! place, a shared hold that ends while others go on) compare the fences
+//! stored before and after ([`Tracked`]); a key that goes with its holds
+//! (release to zero, lease end, revoke, `DEL`, an overwrite, a flush) ends
+//! them in the data type's free callback ([`value_freed`]), one map
+//! removal per hold. A lease that ran out before its key went counts up to
+//! its lease end, not to the moment Redis deleted the key.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use crate::ffi::datatype::StoredLock;
+use crate::ffi::key::LockKey;
+use crate::ffi::now_ms;
+use crate::latency::{self, HOLDS, WAIT_USEC};
+
+/// Microseconds on a monotonic clock (since the module first asked).
+pub fn now_us() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let micros = EPOCH.get_or_init(Instant::now).elapsed().as_micros();
+    u64::try_from(micros).unwrap_or(u64::MAX)
+}
+
+/// A waiting client that parked at `since_us` was granted now.
+pub fn wait_granted(since_us: u64) {
+    WAIT_USEC.record(now_us().saturating_sub(since_us));
+}
+
+/// How long past its lease end `lease_ms` a hold ended at `now_ms`, in µs.
+fn late_us(lease_ms: u64, now_ms: u64) -> u64 {
+    now_ms.saturating_sub(lease_ms).saturating_mul(1000)
+}
+
+/// Calls `f` with each hold's (fence, lease end) in `value`.
+fn for_each_hold(value: &StoredLock, mut f: impl FnMut(u64, u64)) {
+    match value.shared() {
+        Some(holds) => {
+            for holder in holds.holders() {
+                f(holder.hold.fence, holder.hold.expires_at);
+            }
+        }
+        None => f(value.fence(), value.lease()),
+    }
+}
+
+/// Each hold in `value` as (fence, lease end).
+fn holds_of(value: &StoredLock) -> Vec<(u64, u64)> {
+    let mut holds = Vec::new();
+    for_each_hold(value, |fence, lease| holds.push((fence, lease)));
+    holds
+}
+
+/// The holds in a key before the module writes it, to compare with after.
+pub enum Tracked {
+    /// No lock there.
+    Free,
+    /// One exclusive hold: (fence, lease end). Compared without allocating.
+    One(u64, u64),
+    /// Shared holds: (fence, lease end) each.
+    Many(Vec<(u64, u64)>),
+}
+
+impl Tracked {
+    /// Notes what `key` holds now.
+    pub fn before(key: &LockKey) -> Tracked {
+        match key.stored() {
+            Ok(Some(value)) if value.shared().is_none() => {
+                Tracked::One(value.fence(), value.lease())
+            }
+            Ok(Some(value)) => Tracked::Many(holds_of(value)),
+            _ => Tracked::Free,
+        }
+    }
+
+    /// The write is done: holds whose fence went ended, new fences began
+    /// (the module writes only what it decided, so every new hold is a
+    /// grant made here). `raised`: `LOCK.FENCE` moved one hold's fence
+    /// (from, to), and that hold goes on.
+    pub fn after(self, key: &LockKey, raised: Option<(u64, u64)>) {
+        let stored = key.stored().ok().flatten();
+        let mut before = match (self, stored) {
+            // A lock taken while free (the common case): every hold now
+            // there begins, with no comparing.
+            (Tracked::Free, Some(value)) => {
+                let now = now_us();
+                for_each_hold(value, |fence, _| HOLDS.begin(fence, now));
+                return;
+            }
+            (Tracked::Free, None) => return,
+            // One exclusive hold before and after: the same hold, a raised
+            // fence, or a hand-off in place.
+            (Tracked::One(old, lease), Some(value)) if value.shared().is_none() => {
+                let new = value.fence();
+                if raised == Some((old, new)) {
+                    HOLDS.raised(old, new);
+                } else if old != new {
+                    HOLDS.replace(old, new, now_us(), late_us(lease, now_ms()));
+                }
+                return;
+            }
+            (Tracked::One(fence, lease), _) => vec![(fence, lease)],
+            (Tracked::Many(holds), _) => holds,
+        };
+        let after = stored.map(holds_of).unwrap_or_default();
+        let mut before_fences: Vec<u64> = before.iter().map(|h| h.0).collect();
+        let mut after_fences: Vec<u64> = after.iter().map(|h| h.0).collect();
+        let (mut ended, mut begun) = latency::changes(&mut before_fences, &mut after_fences);
+        if let Some((from, to)) = raised.filter(|(from, to)| from != to) {
+            HOLDS.raised(from, to);
+            ended.retain(|&fence| fence != from);
+            begun.retain(|&fence| fence != to);
+        }
+        if ended.is_empty() && begun.is_empty() {
+            return;
+        }
+        let (now, now_ms) = (now_us(), now_ms());
+        // By fence, to find each ended hold's lease in O(log n).
+        before.sort_unstable();
+        for fence in ended {
+            let lease = before
+                .binary_search_by_key(&fence, |h| h.0)
+                .map_or(now_ms, |i| before[i].1);
+            HOLDS.end(fence, now, late_us(lease, now_ms));
+        }
+        for fence in begun {
+            HOLDS.begin(fence, now);
+        }
+    }
+}
+
+/// A lock value leaves Redis (its key deleted, expired, overwritten or
+/// flushed; possibly on a lazy-free thread): its holds end.
+pub fn value_freed(value: &StoredLock) {
+    if HOLDS.open() == 0 {
+        return;
+    }
+    let (now, now_ms) = (now_us(), now_ms());
+    for_each_hold(value, |fence, lease| {
+        HOLDS.end(fence, now, late_us(lease, now_ms));
+    });
+}
+
+/// `INFO lock`'s `wait_usec` value.
+pub fn render_wait() -> String {
+    WAIT_USEC.render()
+}
+
+/// `INFO lock`'s `hold_usec` value.
+pub fn render_hold() -> String {
+    HOLDS.lengths.render()
+}
