@@ -110,6 +110,8 @@ fn readers_behind_a_waiting_writer_wait_and_are_granted_together_after_it() {
         Ok(Value::Nil)
     );
     let r2 = wait_shared(&server, "q", "r2", &["SHARED"]);
+    // r2 in line before r3 asks: the order checked below is theirs.
+    wait_until("two wait", SOON, || waiters(&server, "q") == 2);
     let r3 = wait_shared(&server, "q", "r3", &["SHARED"]);
     wait_until("three wait", SOON, || waiters(&server, "q") == 3);
     assert_eq!(holders(&server, "q"), ["r1"]);
