@@ -19,7 +19,8 @@
 //! Output, one item per line: `fence <n>` per hold, `ok`, `stale` or
 //! `lapsed` per operation (the script's verdict), `lost` when the release
 //! was refused, `timeout` per `WAIT` that ended without the lock,
-//! `reconnect` per connection lost and found again; `done` at the end.
+//! `reconnect` per connection lost and found again (the worker then gives
+//! up any hold it may have and begins a new round); `done` at the end.
 
 use std::io::{self, Write};
 use std::process::exit;
@@ -246,6 +247,22 @@ impl Link<'_> {
         }
         Err(format!("no master among ports {:?}", self.ports))
     }
+
+    /// After a lost connection the worker cannot know whether its last
+    /// command ran (an acquisition or a release may have), so it finds a
+    /// master again and gives up any hold it may have there: otherwise its
+    /// next acquisition could reenter a hold it thinks it released.
+    fn recover(&mut self, lock: &str, owner: &str) -> Result<(), String> {
+        loop {
+            self.reconnect()?;
+            if !matches!(
+                self.send(&["LOCK.RELEASE", lock, owner, "ALL"]),
+                Outcome::Lost
+            ) {
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// A connection to the first port whose server says it is a master.
@@ -302,7 +319,7 @@ fn run(ports: &[&str], role: Role, owner: &str, run_for: Duration) -> Result<(),
             }
             Outcome::Lost => {
                 say("reconnect")?;
-                link.reconnect()?;
+                link.recover(lock, owner)?;
                 continue;
             }
             other => return Err(format!("LOCK.ACQUIRE: {}", show(&other))),
@@ -320,6 +337,7 @@ fn run(ports: &[&str], role: Role, owner: &str, run_for: Duration) -> Result<(),
             _ => sent,
         }
         .to_string();
+        let mut released = false;
         for _ in 0..OPS {
             // The pause comes first, so a worker stopped while holding
             // almost always has an operation still to send when it wakes.
@@ -334,17 +352,22 @@ fn run(ports: &[&str], role: Role, owner: &str, run_for: Duration) -> Result<(),
                 Outcome::Reply(Value::SimpleString(verdict)) => say(&verdict)?,
                 Outcome::Lost => {
                     say("reconnect")?;
-                    link.reconnect()?;
+                    link.recover(lock, owner)?;
+                    released = true;
+                    break;
                 }
                 other => return Err(format!("the store: {}", show(&other))),
             }
+        }
+        if released {
+            continue;
         }
         match link.send(&["LOCK.RELEASE", lock, owner]) {
             Outcome::Reply(Value::Int(0)) => {}
             Outcome::Refused(why) if why.contains("NOTOWNER") => say("lost")?,
             Outcome::Lost => {
                 say("reconnect")?;
-                link.reconnect()?;
+                link.recover(lock, owner)?;
             }
             other => return Err(format!("LOCK.RELEASE: {}", show(&other))),
         }

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use redis::Connection;
 
-use crate::harness::{wait_until, Call, Server};
+use crate::harness::{clock_floor, now_ms, wait_until, Call, Server};
 
 /// Each hold's lease, as the worker asks for it.
 const LEASE: Duration = Duration::from_millis(1000);
@@ -119,7 +119,8 @@ struct Worker {
 /// What one worker printed.
 #[derive(Debug, Default)]
 struct Report {
-    holds: usize,
+    /// The fence of each hold, as `LOCK.ACQUIRE` replied.
+    fences: Vec<i64>,
     ok: usize,
     stale: usize,
     lapsed: usize,
@@ -133,7 +134,11 @@ fn parse(owner: &str, stdout: &str, killed: bool) -> Report {
     let lines: Vec<&str> = stdout.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         match line.split(' ').next().unwrap_or("") {
-            "fence" => report.holds += 1,
+            "fence" => match line.get(6..).unwrap_or("").parse() {
+                Ok(fence) => report.fences.push(fence),
+                Err(_) if killed && i + 1 == lines.len() => {}
+                Err(_) => panic!("{owner} printed {line:?}"),
+            },
             "ok" => report.ok += 1,
             "stale" => report.stale += 1,
             "lapsed" => report.lapsed += 1,
@@ -530,8 +535,17 @@ fn count(tally: &HashMap<String, i64>, name: &str) -> i64 {
     tally.get(name).copied().unwrap_or(0)
 }
 
-/// Every slot held and had operations accepted.
+/// Every slot held and had operations accepted, and no fence was issued
+/// twice, whichever server issued it.
 fn check_reports(reports: &BTreeMap<String, Vec<(String, Report)>>) {
+    let mut issued = HashMap::new();
+    for (owner, report) in reports.values().flatten() {
+        for fence in &report.fences {
+            if let Some(other) = issued.insert(*fence, owner) {
+                panic!("fence {fence} issued to {other} and to {owner}");
+            }
+        }
+    }
     for (slot, workers) in reports {
         let ok: usize = workers.iter().map(|(_, r)| r.ok).sum();
         assert!(
@@ -797,6 +811,8 @@ fn readers_and_writers_through_a_failover() {
 
     master.kill();
     let mut h = heir.conn();
+    // The quarantine begins after this moment, so ends after it plus its length.
+    let promoting = now_ms();
     assert_eq!(h.call(&["REPLICAOF", "NO", "ONE"]), Ok(redis::Value::Okay));
     let at_promotion = log_len(&mut h);
     let seen_before: Option<String> = h.value(&["HGET", RW.fences, "seen"]);
@@ -812,16 +828,28 @@ fn readers_and_writers_through_a_failover() {
          {quarantine} ms"
     );
     assert!(after > 0, "no write accepted after the promotion");
-    // What the replica never received is lost, the store's fences with it;
-    // every hold it began itself is above all it received.
+    // What the replica never received is lost, the store's fences with it.
+    // The holds the promoted replica began itself have fences above the
+    // clock floor of the promotion (the dead master's are below it); each
+    // began after the quarantine and is above every fence the replica had.
     let seen_before: i64 = seen_before.and_then(|s| s.parse().ok()).unwrap_or(0);
     let log = read_log(&mut h, &RW);
-    let (before, after_promotion) = log.split_at(at_promotion as usize);
-    if let Some(e) = after_promotion
+    let begun: Vec<&Entry> = log[at_promotion as usize..]
         .iter()
-        .find(|e| e.fence <= seen_before && !before.iter().any(|b| b.fence == e.fence))
-    {
+        .filter(|e| e.fence > clock_floor(promoting))
+        .collect();
+    assert!(!begun.is_empty(), "the promoted replica began no hold");
+    if let Some(e) = begun.iter().find(|e| e.fence <= seen_before) {
         panic!("a hold begun after the promotion has a fence not above {seen_before}: {e:?}");
+    }
+    if let Some(e) = begun
+        .iter()
+        .find(|e| e.fence < clock_floor(promoting + MAX_TTL_MS))
+    {
+        panic!(
+            "a hold began during the quarantine, {} ms after the promotion began: {e:?}",
+            (e.fence >> 20) - promoting
+        );
     }
     wait_free(&mut h, RW.lock);
 }
