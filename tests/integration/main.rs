@@ -88,6 +88,11 @@ mod sentinel;
 mod servers;
 /// Shared holds: read-write locks and semaphores, one queue for both modes.
 mod shared;
+/// Shared holds under stress: reader, writer and permit worker processes
+/// (`examples/shared_worker.rs`) stopped past their lease and killed while
+/// holding, judged by a fenced store and its log kept in the server; under
+/// a write pause, a failover and an AOF restart.
+mod shared_stress;
 /// Upgrade: RDBs written by encoding versions 1 and 3 (`tests/fixtures/`)
 /// load with their locks intact, and none is held forever.
 mod upgrade;
