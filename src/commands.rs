@@ -20,7 +20,7 @@ use crate::{fence, lock, stats};
 
 const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]` → fence, or nil if busy.
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
 /// (fence) or the timeout passes (nil); never inside MULTI or scripts.
 pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
