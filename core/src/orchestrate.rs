@@ -479,18 +479,34 @@ pub fn release<H: Host>(
     owner: &[u8],
     all: bool,
 ) -> Result<Option<Hold>, LockError> {
+    release_counted(host, target, owner, all, &stats::RELEASED)
+}
+
+/// An ephemeral hold whose connection closed ends as a release to zero
+/// (waiters served the same way), counted apart from clients' releases.
+pub fn end_bound<H: Host>(host: &mut H, target: &H::Target, owner: &[u8]) -> Result<(), LockError> {
+    release_counted(host, target, owner, true, &stats::DISCONNECT_RELEASED).map(drop)
+}
+
+fn release_counted<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    all: bool,
+    counter: &stats::Counter,
+) -> Result<Option<Hold>, LockError> {
     let mut key = host.open(target);
     if host.is_shared(&key) {
         let left = on_shared_hold(host, target, key, owner, Event::Release, |holds, now| {
             let left = holds.release(owner, all, now)?;
             Ok(holds.of(owner, now).map(|h| h.hold).filter(|_| left > 0))
         })?;
-        stats::RELEASED.incr();
+        counter.incr();
         return Ok(left);
     }
     let now = host.key_now(&key);
     let remaining = lock::release(host.current(&key)?, owner, all, now)?;
-    stats::RELEASED.incr();
+    counter.incr();
     owner_active(host, target, owner);
     match remaining {
         Some(hold) => host.write(&mut key, owner, hold, Lease::Kept, Event::Release),
