@@ -29,8 +29,8 @@ pub mod commands;
 pub mod ffi;
 
 pub use redislock_core::{
-    args, cluster, error, fence, handoff, holds, lock, orchestrate, partition, quarantine, queue,
-    shared_queue, stats,
+    args, cluster, ephemeral, error, fence, handoff, holds, lock, orchestrate, partition,
+    quarantine, queue, shared_queue, stats,
 };
 
 // Unit tests run without Redis, so they use the system allocator and skip

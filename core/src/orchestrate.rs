@@ -208,6 +208,18 @@ pub trait Host {
         fence: u64,
         until: u64,
     );
+    /// A parked client `id` is about to be answered a fresh hold of `name`
+    /// (for `owner`, with `fence`): where the host binds holds to
+    /// connections. Reentries are not reported.
+    fn began(
+        &mut self,
+        _id: u64,
+        _handle: &Self::Handle,
+        _name: &LockName,
+        _owner: &[u8],
+        _fence: u64,
+    ) {
+    }
     /// Answers a parked client nil, or only gives its handle back.
     fn reply_nil(&mut self, id: u64, handle: Self::Handle, why: Nil);
     /// Where `name`, free here, lives now if it left this node (a cluster
@@ -833,6 +845,7 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
             Answer::Fresh(hold) => {
                 stats::ACQUIRED.incr();
                 stats::HANDOFFS.incr();
+                host.began(one.id, &waiter.handle, name, &waiter.owner, hold.fence);
                 hold
             }
             Answer::Reentered(hold) => {
@@ -889,6 +902,7 @@ fn hand_over<H: Host>(
     stats::ACQUIRED.incr();
     stats::HANDOFFS.incr();
     let fence = hold.fence;
+    host.began(id, &handle, name, &owner, fence);
     host.engine(|e| {
         e.granted(
             id,
