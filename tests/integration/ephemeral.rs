@@ -174,10 +174,13 @@ fn a_stopped_holder_keeps_its_hold_until_its_lease_ends() {
 }
 
 #[test]
-fn client_kill_quit_and_the_client_timeout_end_the_hold() {
+fn client_kill_quit_output_limits_and_the_client_timeout_end_the_hold() {
     let server = Server::start();
     let mut admin = server.conn();
-    let ways = ["CLIENT KILL", "QUIT", "timeout"];
+    // The client timeout last: it would close the idle admin connection too.
+    let ways = ["CLIENT KILL", "QUIT", "output buffer", "timeout"];
+    let big = "x".repeat(64 * 1024);
+    let _: Value = admin.value(&["SET", "big", big.as_str()]);
     for (n, how) in ways.into_iter().enumerate() {
         let key = format!("job:{n}");
         let mut conn = server.conn();
@@ -190,6 +193,18 @@ fn client_kill_quit_and_the_client_timeout_end_the_hold() {
             }
             "QUIT" => {
                 let _ = conn.call(&["QUIT"]);
+            }
+            "output buffer" => {
+                let limit = "normal 1kb 1kb 0";
+                let _: Value = admin.value(&["CONFIG", "SET", "client-output-buffer-limit", limit]);
+                // A reply past the limit: the server drops the connection.
+                let _ = redis::cmd("GET").arg("big").query::<Value>(&mut conn);
+                let _: Value = admin.value(&[
+                    "CONFIG",
+                    "SET",
+                    "client-output-buffer-limit",
+                    "normal 0 0 0",
+                ]);
             }
             _ => {
                 // Blocked clients are not idle: only the holder times out.
