@@ -36,7 +36,7 @@ use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ephemeral::{self, Binding, Bindings};
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::waiting::Server;
+use crate::ffi::waiting::{select_db, selected_db, Server};
 use crate::ffi::writes_paused;
 use crate::ffi::{context_flags, create_timer, guard, partition, subscribe_to_server_event};
 use crate::orchestrate;
@@ -63,18 +63,6 @@ const RETRY_MS: u64 = 10;
 /// server without ephemeral holds pays one thread-local read).
 pub fn any() -> bool {
     !BINDINGS.with_borrow(Bindings::is_empty)
-}
-
-fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
-    // SAFETY: a live context.
-    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
-}
-
-fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
-    // SAFETY: a live context; an index that no longer exists fails harmlessly.
-    unsafe {
-        raw::RedisModule_SelectDb.map(|f| f(ctx, db));
-    }
 }
 
 /// The lock name of a command's key.

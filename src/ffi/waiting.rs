@@ -831,12 +831,12 @@ fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<O
 // Small helpers.
 // ---------------------------------------------------------------------------
 
-fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
+pub(crate) fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
     // SAFETY: a live context.
     unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
 }
 
-fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
+pub(crate) fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
     // SAFETY: a live context; an index that no longer exists fails harmlessly.
     unsafe {
         raw::RedisModule_SelectDb.map(|f| f(ctx, db));
