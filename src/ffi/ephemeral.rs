@@ -151,6 +151,17 @@ pub fn key_event(db: i32, event: &[u8], name: &[u8]) {
     }
 }
 
+/// The node changed role (became a replica, or was promoted): its holds are
+/// now its master's, or a promoted copy of them, and ordinary ones. Those a
+/// master had bound may come back by replication with the same fences, so
+/// the bindings go rather than wait for their connections to close.
+pub fn role_changed() {
+    if any() {
+        BINDINGS.with_borrow_mut(Bindings::clear);
+        PENDING.take();
+    }
+}
+
 /// The client-change server event: a connection closed.
 extern "C" fn on_client_change(
     ctx: *mut raw::RedisModuleCtx,

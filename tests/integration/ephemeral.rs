@@ -406,6 +406,33 @@ fn a_replica_holds_it_as_ordinary_and_the_end_reaches_replicas_and_the_aof() {
 }
 
 #[test]
+fn a_master_that_was_a_replica_meanwhile_holds_it_as_ordinary() {
+    let a = Server::start();
+    let b = start_replica(&a, "b");
+    let mut holder = a.conn();
+    let holder_id = client_id(&mut holder);
+    let fence = fence_of(&acquire(&mut holder, "h", "o", LEASE, &["EPHEMERAL"]));
+    holder.wait_replicas(1);
+    // b takes over, a follows it (and gets the same hold back from it),
+    // then a is promoted again: the holder's connection to a stayed open.
+    let _: Value = b.conn().value(&["REPLICAOF", "NO", "ONE"]);
+    let port = b.port().to_string();
+    let _: Value = a.conn().value(&["REPLICAOF", "127.0.0.1", port.as_str()]);
+    a.wait_for_master_link();
+    let _: Value = a.conn().value(&["REPLICAOF", "NO", "ONE"]);
+    let info = a.lock_info("h").expect("the hold, back from b");
+    assert_eq!((info.owner_text(), info.fence), ("o".to_string(), fence));
+    assert_eq!(bound(&a, "h"), [("o".to_string(), false)]);
+    drop(holder);
+    wait_closed(&a, holder_id);
+    assert!(
+        a.lock_info("h").is_some(),
+        "an ordinary hold: it ends with its lease"
+    );
+    assert_eq!(disconnect_released(&a), 0);
+}
+
+#[test]
 fn a_holder_that_leaves_during_a_write_pause_is_ended_after_it() {
     let server = Server::start();
     let mut admin = server.conn();
