@@ -14,14 +14,14 @@ use crate::error::LockError;
 use crate::ffi::key::{Access, Lease, LockKey};
 use crate::ffi::latency::Tracked;
 use crate::ffi::waiting::{self, Server};
-use crate::ffi::{config, guard, now_ms, partition, Args};
+use crate::ffi::{config, ephemeral, guard, now_ms, partition, Args};
 use crate::holds::Mode;
 use crate::orchestrate::{self, Acquired};
 use crate::{fence, lock, stats};
 
 const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]` → fence, or nil if busy.
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
 /// (fence) or the timeout passes (nil); never inside MULTI or scripts.
 pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
@@ -29,7 +29,7 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_acquire(argv, config::max_ttl())?;
         replicas_follow(ctx)?;
         let key_name = input.key()?;
-        let mut host = Server::new(ctx);
+        let mut host = Server::new(ctx).ephemeral(req.ephemeral);
         let acquired = orchestrate::acquire(
             &mut host,
             &key_name,
@@ -39,7 +39,13 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
             req.wait_ms,
         )?;
         Ok(match acquired {
-            Acquired::Held(hold) => integer(hold.fence),
+            Acquired::Held(hold) => {
+                // A reentry (count above 1) binds nothing new.
+                if req.ephemeral && hold.count == 1 {
+                    ephemeral::bind_caller(ctx, &key_name, req.owner, hold.fence);
+                }
+                integer(hold.fence)
+            }
             Acquired::Nil => RedisValue::Null,
             Acquired::Parked => RedisValue::NoReply,
         })
@@ -65,6 +71,9 @@ pub fn release(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_release(argv)?;
         let key_name = input.key()?;
         let remaining = orchestrate::release(&mut Server::new(ctx), &key_name, req.owner, req.all)?;
+        if remaining.is_none() {
+            ephemeral::released(ctx, &key_name, req.owner);
+        }
         Ok(integer(remaining.map_or(0, |hold| hold.count)))
     })
 }
@@ -89,6 +98,7 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         let key_name = input.key()?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
         let tracked = Tracked::before(&key);
+        // The hold's fence before: the latency record and a binding name it.
         let before = key.holds().ok().flatten().and_then(|holds| {
             let fence = holds.of(req.owner, key.now())?.hold.fence;
             Some(fence)
@@ -111,6 +121,9 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         // (`LOCK.APPLY` observes the fence it carries).
         fence::observe(hold.fence);
         key.notify(NOTIFY_MODULE, c"lock.fence");
+        if let Some(old) = before.filter(|_| ephemeral::any()) {
+            ephemeral::refenced(ctx, &key_name, req.owner, old, hold.fence);
+        }
         orchestrate::owner_active(&mut Server::new(ctx), &key_name, req.owner);
         Ok(integer(hold.fence))
     })
@@ -168,7 +181,15 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
                 ("fence", integer(holder.hold.fence)),
                 ("ttl", integer(holder.hold.expires_at - now)),
                 ("held", integer(now.saturating_sub(holder.since))),
-                ("ephemeral", integer(0)),
+                (
+                    "ephemeral",
+                    integer(u64::from(ephemeral::is_bound(
+                        ctx,
+                        &key_name,
+                        &holder.owner,
+                        holder.hold.fence,
+                    ))),
+                ),
             ];
             raw::reply_with_map(ctx.ctx, entry.len() as c_long);
             for (name, value) in entry {

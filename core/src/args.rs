@@ -9,7 +9,7 @@ use crate::error::LockError;
 use crate::holds::Mode;
 pub use crate::limits::{FENCE_AHEAD_MS, MAX_LIMIT, MAX_MS, MAX_OWNER_LEN};
 
-/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub owner: &'a [u8],
@@ -18,6 +18,9 @@ pub struct Acquire<'a> {
     pub wait_ms: Option<u64>,
     /// Exclusive, or `SHARED` (with its `LIMIT`, if any).
     pub mode: Mode,
+    /// `EPHEMERAL`: a fresh hold ends when the connection it is granted on
+    /// closes.
+    pub ephemeral: bool,
 }
 
 /// `LOCK.REENTER key owner [ttl-ms]`
@@ -82,6 +85,7 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
     // The options, in any order, each at most once; their values are
     // checked only once the whole grammar is known to fit.
     let (mut wait, mut shared, mut limit) = (None, false, None);
+    let mut ephemeral = false;
     let mut rest = rest;
     while let [word, tail @ ..] = rest {
         rest = match tail {
@@ -95,6 +99,10 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
             }
             _ if is_word(word, "SHARED") && !shared => {
                 shared = true;
+                tail
+            }
+            _ if is_word(word, "EPHEMERAL") && !ephemeral => {
+                ephemeral = true;
                 tail
             }
             _ => return Err(LockError::Syntax),
@@ -115,6 +123,7 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
         } else {
             Mode::Exclusive
         },
+        ephemeral,
     })
 }
 
@@ -359,6 +368,7 @@ mod tests {
                 ttl_ms: 100,
                 wait_ms: None,
                 mode: Mode::Exclusive,
+                ephemeral: false,
             })
         );
         let a = v("lock.acquire k o 100 wait 0");
@@ -369,6 +379,7 @@ mod tests {
                 ttl_ms: 100,
                 wait_ms: Some(0),
                 mode: Mode::Exclusive,
+                ephemeral: false,
             })
         );
     }
@@ -380,7 +391,7 @@ mod tests {
         /// The mode and wait parsed, or the error.
         type Parsed = Result<(Mode, Option<u64>), LockError>;
         // (arguments after `ttl-ms`, expected)
-        let table: [(&str, Parsed); 24] = [
+        let table: [(&str, Parsed); 22] = [
             ("", Ok((Mode::Exclusive, None))),
             ("SHARED", Ok((R, None))),
             ("shared", Ok((R, None))),
@@ -406,8 +417,6 @@ mod tests {
             ("SHARED SHARED", Err(Syntax)),
             ("SHARED LIMIT 3 LIMIT 3", Err(Syntax)),
             ("WAIT 1 WAIT 1", Err(Syntax)),
-            ("SHARED EPHEMERAL", Err(Syntax)),
-            ("EPHEMERAL", Err(Syntax)),
             ("SHARED LIMIT 0", Err(BadLimit)),
             ("SHARED LIMIT 1000001", Err(BadLimit)),
             ("SHARED LIMIT -1", Err(BadLimit)),
@@ -433,6 +442,48 @@ mod tests {
             b"0".to_vec(),
         ];
         assert_eq!(parse_acquire(&argv, 0), Err(BadLimit));
+    }
+
+    #[test]
+    fn ephemeral_comes_in_any_order_once_in_both_modes() {
+        const R: Mode = Mode::READ;
+        const SEM3: Mode = Mode::Shared { limit: Some(3) };
+        /// The mode, wait and ephemeral flag parsed, or the error.
+        type Parsed = Result<(Mode, Option<u64>, bool), LockError>;
+        // (arguments after `ttl-ms`, expected)
+        let table: [(&str, Parsed); 18] = [
+            ("", Ok((Mode::Exclusive, None, false))),
+            ("EPHEMERAL", Ok((Mode::Exclusive, None, true))),
+            ("ephemeral", Ok((Mode::Exclusive, None, true))),
+            ("EPHEMERAL WAIT 5", Ok((Mode::Exclusive, Some(5), true))),
+            ("WAIT 5 EPHEMERAL", Ok((Mode::Exclusive, Some(5), true))),
+            ("SHARED EPHEMERAL", Ok((R, None, true))),
+            ("EPHEMERAL SHARED", Ok((R, None, true))),
+            ("SHARED LIMIT 3 EPHEMERAL WAIT 0", Ok((SEM3, Some(0), true))),
+            ("EPHEMERAL LIMIT 3 SHARED", Ok((SEM3, None, true))),
+            ("WAIT 1 EPHEMERAL LIMIT 3 SHARED", Ok((SEM3, Some(1), true))),
+            ("SHARED LIMIT EPHEMERAL 3", Err(Syntax)),
+            ("EPHEMERAL EPHEMERAL", Err(Syntax)),
+            ("EPHEMERAL SHARED EPHEMERAL", Err(Syntax)),
+            ("EPHEMERAL LIMIT 3", Err(Syntax)),
+            ("EPHEMERAL WAIT", Err(Syntax)),
+            ("EPHEMERAL 1", Err(Syntax)),
+            ("EPHEMERALS", Err(Syntax)),
+            ("EPHEMERAL WAIT x", Err(BadTimeout)),
+        ];
+        for (options, expected) in table {
+            let line = format!("LOCK.ACQUIRE k o 100 {options}");
+            let argv = v(line.trim_end());
+            let got = parse_acquire(&argv, 0).map(|a| (a.mode, a.wait_ms, a.ephemeral));
+            assert_eq!(got, expected, "{line}");
+        }
+        // The order of checks is unchanged: a bad ttl first, an empty owner last.
+        assert_eq!(
+            parse_acquire(&v("LOCK.ACQUIRE k o 0 EPHEMERAL"), 0),
+            Err(BadTtl)
+        );
+        let argv = [&b"LOCK.ACQUIRE"[..], b"k", b"", b"1", b"EPHEMERAL"];
+        assert_eq!(parse_acquire(&argv, 0), Err(BadOwner));
     }
 
     #[test]

@@ -21,12 +21,14 @@
 //! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion (plus the replicas' lag after a promotion) |
 //! | [`partition`] | the replicas gate: no grant where Redis would refuse writes for lack of replicas, nor until they are seen following again |
 //! | [`cluster`] | hash slots and where a migrated key went |
+//! | [`ephemeral`] | which connection each `EPHEMERAL` hold is bound to, indexed by client and by lock |
 //! | [`histogram`] | latency histograms (log-linear, within 1%) for `INFO lock`'s `wait_usec` and `hold_usec` |
 //! | [`latency`] | how long waits and holds granted here last, recorded in those histograms |
 //! | [`stats`] | counters for `INFO lock` |
 
 pub mod args;
 pub mod cluster;
+pub mod ephemeral;
 pub mod error;
 pub mod fence;
 pub mod handoff;

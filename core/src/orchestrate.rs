@@ -208,6 +208,18 @@ pub trait Host {
         fence: u64,
         until: u64,
     );
+    /// A parked client `id` is about to be answered a fresh hold of `name`
+    /// (for `owner`, with `fence`): where the host binds holds to
+    /// connections. Reentries are not reported.
+    fn began(
+        &mut self,
+        _id: u64,
+        _handle: &Self::Handle,
+        _name: &LockName,
+        _owner: &[u8],
+        _fence: u64,
+    ) {
+    }
     /// Answers a parked client nil, or only gives its handle back.
     fn reply_nil(&mut self, id: u64, handle: Self::Handle, why: Nil);
     /// Where `name`, free here, lives now if it left this node (a cluster
@@ -479,18 +491,34 @@ pub fn release<H: Host>(
     owner: &[u8],
     all: bool,
 ) -> Result<Option<Hold>, LockError> {
+    release_counted(host, target, owner, all, &stats::RELEASED)
+}
+
+/// An ephemeral hold whose connection closed ends as a release to zero
+/// (waiters served the same way), counted apart from clients' releases.
+pub fn end_bound<H: Host>(host: &mut H, target: &H::Target, owner: &[u8]) -> Result<(), LockError> {
+    release_counted(host, target, owner, true, &stats::DISCONNECT_RELEASED).map(drop)
+}
+
+fn release_counted<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    all: bool,
+    counter: &stats::Counter,
+) -> Result<Option<Hold>, LockError> {
     let mut key = host.open(target);
     if host.is_shared(&key) {
         let left = on_shared_hold(host, target, key, owner, Event::Release, |holds, now| {
             let left = holds.release(owner, all, now)?;
             Ok(holds.of(owner, now).map(|h| h.hold).filter(|_| left > 0))
         })?;
-        stats::RELEASED.incr();
+        counter.incr();
         return Ok(left);
     }
     let now = host.key_now(&key);
     let remaining = lock::release(host.current(&key)?, owner, all, now)?;
-    stats::RELEASED.incr();
+    counter.incr();
     owner_active(host, target, owner);
     match remaining {
         Some(hold) => host.write(&mut key, owner, hold, Lease::Kept, Event::Release),
@@ -817,6 +845,7 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
             Answer::Fresh(hold) => {
                 stats::ACQUIRED.incr();
                 stats::HANDOFFS.incr();
+                host.began(one.id, &waiter.handle, name, &waiter.owner, hold.fence);
                 hold
             }
             Answer::Reentered(hold) => {
@@ -873,6 +902,7 @@ fn hand_over<H: Host>(
     stats::ACQUIRED.incr();
     stats::HANDOFFS.incr();
     let fence = hold.fence;
+    host.began(id, &handle, name, &owner, fence);
     host.engine(|e| {
         e.granted(
             id,

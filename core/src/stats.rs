@@ -59,6 +59,8 @@ pub static WAIT_TIMEOUTS: Counter = Counter::new();
 pub static EXPIRED_HELD: Counter = Counter::new();
 /// `NOTOWNER` refusals.
 pub static NOTOWNER: Counter = Counter::new();
+/// Ephemeral holds ended by their connection closing.
+pub static DISCONNECT_RELEASED: Counter = Counter::new();
 
 /// The section's fields in order, as (name, value). `last_fence` comes from
 /// the fence generator, `quarantine_ms` from the quarantine,
@@ -68,7 +70,7 @@ pub fn fields(
     last_fence: u64,
     quarantine_ms: u64,
     partition_safe: bool,
-) -> [(&'static str, i64); 14] {
+) -> [(&'static str, i64); 15] {
     let c = |c: &Counter| i64::try_from(c.get()).unwrap_or(i64::MAX);
     [
         ("held", HELD.get()),
@@ -88,5 +90,6 @@ pub fn fields(
         ),
         ("partition_safe", i64::from(partition_safe)),
         ("shared_held", SHARED_HELD.get()),
+        ("disconnect_released", c(&DISCONNECT_RELEASED)),
     ]
 }

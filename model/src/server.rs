@@ -1,7 +1,9 @@
 //! Model 1: one server, its clients and its operator.
 //!
-//! Clients acquire (with or without `WAIT` and a deadline), reenter, renew,
-//! release and disconnect; leases end as time ticks; an operator deletes,
+//! Clients acquire (with or without `WAIT` and a deadline, and with
+//! [`Bounds::ephemeral`] with or without `EPHEMERAL`), reenter, renew,
+//! release and disconnect (a disconnect ends the ephemeral holds bound to
+//! that connection, as `ffi::ephemeral` does); leases end as time ticks; an operator deletes,
 //! overwrites (`SET`) and flushes keys and pauses writes. The server side is
 //! the module's own core — [`lock`] decides each command, [`fence::next`]
 //! issues fences, [`Engine`] (with its [`queue`](redislock_core::queue)) decides
@@ -19,6 +21,7 @@
 
 use std::fmt;
 
+use redislock_core::ephemeral;
 use redislock_core::error::LockError;
 use redislock_core::fence;
 use redislock_core::handoff::{Engine, Gate, Timer};
@@ -79,6 +82,9 @@ pub struct Bounds {
     /// new one. With `true` the checker finds a counterexample to mutual
     /// exclusion: see `model/README.md`, "revoke after a reentry".
     pub same_owner_after_reconnect: bool,
+    /// Clients may also acquire with `EPHEMERAL`: the hold is bound to
+    /// the connection it is granted on, and ends when it disconnects.
+    pub ephemeral: bool,
 }
 
 impl Bounds {
@@ -96,6 +102,7 @@ impl Bounds {
             pauses: 1,
             commands: 2,
             same_owner_after_reconnect: false,
+            ephemeral: false,
         }
     }
 
@@ -113,6 +120,7 @@ impl Bounds {
             pauses: 1,
             commands: 3,
             same_owner_after_reconnect: false,
+            ephemeral: false,
         }
     }
 
@@ -130,6 +138,7 @@ impl Bounds {
             pauses: 1,
             commands: 2,
             same_owner_after_reconnect: false,
+            ephemeral: false,
         }
     }
 }
@@ -147,6 +156,8 @@ pub struct Handle {
     client: u8,
     conn: u8,
     wait: u8,
+    /// Asked `EPHEMERAL`: bound to `conn` when it is handed the lock.
+    ephemeral: bool,
 }
 
 /// What a key holds.
@@ -250,6 +261,22 @@ struct Seen {
     timed_out: bool,
     /// Some serve was deferred by a pause (hand-offs after it count below).
     deferred: bool,
+    /// An ephemeral hold ended because its connection closed.
+    disconnect_ended: bool,
+    /// ... and its lock was handed to a waiter at once.
+    disconnect_handoff: bool,
+    /// ... while writes were paused (ended after the pause).
+    disconnect_deferred: bool,
+}
+
+/// A hold bound to a connection (`EPHEMERAL`): the client and connection,
+/// the lock, and the hold's fence (a stale binding names an old fence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Bound {
+    client: u8,
+    conn: u8,
+    lock: u8,
+    fence: u64,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -276,6 +303,11 @@ pub struct State {
     /// Holds the operator forced free: (lock, fence).
     forced: Vec<(u8, u64)>,
     highest_fence: u64,
+    /// Holds bound to connections, sorted.
+    bound: Vec<Bound>,
+    /// Bound holds whose connection closed while writes were paused: ended
+    /// by the retry after the pause.
+    pending_ends: Vec<Bound>,
     broken: Broken,
     seen: Seen,
 }
@@ -288,6 +320,7 @@ pub enum Action {
         lock: u8,
         ttl: u64,
         wait: Option<u64>,
+        ephemeral: bool,
     },
     Reenter {
         client: u8,
@@ -355,6 +388,8 @@ impl ServerModel {
 struct Server<'s> {
     s: &'s mut State,
     caller: usize,
+    /// The caller's command asked `EPHEMERAL`.
+    ephemeral: bool,
 }
 
 impl<'s> Server<'s> {
@@ -363,12 +398,17 @@ impl<'s> Server<'s> {
         Server {
             s,
             caller: usize::MAX,
+            ephemeral: false,
         }
     }
 
     /// A command of client `caller`.
     fn command(s: &'s mut State, caller: usize) -> Self {
-        Server { s, caller }
+        Server {
+            s,
+            caller,
+            ephemeral: false,
+        }
     }
 }
 
@@ -505,6 +545,7 @@ impl Host for Server<'_> {
             client: client as u8,
             conn: c.conn,
             wait: c.waits,
+            ephemeral: self.ephemeral,
         };
         c.blocked = Some((lock as u8, c.waits));
         self.s.line[lock].push(client as u8);
@@ -537,6 +578,13 @@ impl Host for Server<'_> {
         self.s.answer(handle, Some(reply));
     }
 
+    fn began(&mut self, _id: u64, handle: &Handle, name: &LockName, _owner: &[u8], fence: u64) {
+        if handle.ephemeral {
+            let (client, conn) = (handle.client, handle.conn);
+            self.s.bind(client, conn, lock_index(name) as u8, fence);
+        }
+    }
+
     fn reply_nil(&mut self, _id: u64, handle: Handle, why: Nil) {
         match why {
             Nil::Refused => self.s.answer(handle, Some(Reply::Nil)),
@@ -559,7 +607,12 @@ impl Host for Server<'_> {
 impl State {
     /// The owner token client `client` uses now: its index in [`OWNERS`].
     fn token(&self, client: usize) -> u8 {
-        let renewed = !self.same_owner && self.clients[client].conn > 0;
+        self.token_on(client, self.clients[client].conn)
+    }
+
+    /// The owner token client `client` used on connection `conn`.
+    fn token_on(&self, client: usize, conn: u8) -> u8 {
+        let renewed = !self.same_owner && conn > 0;
         (2 * client + usize::from(renewed)) as u8
     }
 
@@ -667,14 +720,106 @@ impl State {
     }
 
     /// `LOCK.ACQUIRE`: the module's own sequencing, then what the client
-    /// learns from the reply.
-    fn acquire(&mut self, client: usize, lock: usize, ttl: u64, wait: Option<u64>) {
+    /// learns from the reply. A fresh hold asked `EPHEMERAL` is bound to
+    /// the caller's connection (`commands::acquire`: count 1).
+    fn acquire(&mut self, client: usize, lock: usize, ttl: u64, wait: Option<u64>, eph: bool) {
         let owner = self.owner(client);
         let mut server = Server::command(self, client);
+        server.ephemeral = eph;
         if let Ok(Acquired::Held(hold)) =
             orchestrate::acquire(&mut server, &lock, owner, Mode::Exclusive, ttl, wait)
         {
             self.believe(client, lock, Some((hold.fence, hold.expires_at)));
+            if eph && hold.count == 1 {
+                let conn = self.clients[client].conn;
+                self.bind(client as u8, conn, lock as u8, hold.fence);
+            }
+        }
+    }
+
+    fn bind(&mut self, client: u8, conn: u8, lock: u8, fence: u64) {
+        self.bound.push(Bound {
+            client,
+            conn,
+            lock,
+            fence,
+        });
+        self.bound.sort();
+    }
+
+    /// Connection `conn` of `client` closed (`ffi::ephemeral`): each hold
+    /// bound to it that is still that hold (owner and fence) ends as a
+    /// release to zero, now, or after a write pause.
+    fn connection_closed(&mut self, client: usize, conn: u8) {
+        let (ended, kept): (Vec<Bound>, Vec<Bound>) = self
+            .bound
+            .iter()
+            .partition(|b| b.client as usize == client && b.conn == conn);
+        self.bound = kept;
+        if ended.is_empty() {
+            return;
+        }
+        if self.paused {
+            self.pending_ends.extend(ended);
+            self.pending_ends.sort();
+            if !self.timers.contains(&Armed::Retry { at: self.now + 1 }) {
+                self.arm(Armed::Retry { at: self.now + 1 });
+            }
+            return;
+        }
+        for binding in ended {
+            self.end_bound(binding);
+        }
+    }
+
+    /// Ends one bound hold if it is still that hold; whether it did.
+    fn end_bound(&mut self, b: Bound) -> bool {
+        let lock = b.lock as usize;
+        let owner = OWNERS[self.token_on(b.client as usize, b.conn) as usize];
+        self.open(lock);
+        let held = match self.current(lock) {
+            Ok(Some(l)) if l.owner == owner && !lock::ended(l.hold.expires_at, self.now) => {
+                Some(l.hold.fence)
+            }
+            _ => None,
+        };
+        let binding = ephemeral::Binding {
+            name: name(lock),
+            owner: owner.to_vec(),
+            fence: b.fence,
+        };
+        if !ephemeral::still_bound(&binding, held) {
+            return false;
+        }
+        // The client lost its connection: whatever it believes, the hold is
+        // gone (its fence guards the resource from here on).
+        self.forced.push((b.lock, b.fence));
+        self.forced.sort();
+        let waited = self.engine.has_waiters(&name(lock));
+        let ended = orchestrate::end_bound(&mut Server::on(self), &lock, owner).is_ok();
+        if ended {
+            self.seen.disconnect_ended = true;
+            if waited && matches!(self.keys[lock], Slot::Lock { fence, .. } if fence != b.fence) {
+                self.seen.disconnect_handoff = true;
+            }
+        }
+        ended
+    }
+
+    /// The retry after a write pause: bound holds whose connection closed
+    /// during it end now (or wait for the next retry).
+    fn end_pending(&mut self) {
+        if self.pending_ends.is_empty() {
+            return;
+        }
+        if self.paused {
+            self.arm(Armed::Retry { at: self.now + 1 });
+            return;
+        }
+        for binding in std::mem::take(&mut self.pending_ends) {
+            if self.end_bound(binding) {
+                self.seen.disconnect_deferred = true;
+            }
         }
     }
 
@@ -724,6 +869,7 @@ impl State {
             // Still blocked after the engine had its say: nobody has its handle.
             self.broken.lost = true;
         }
+        self.connection_closed(client, self.clients[client].conn);
         let c = &mut self.clients[client];
         c.blocked = None;
         c.reply = None;
@@ -740,7 +886,10 @@ impl State {
             Armed::Lease { lock, at } => {
                 orchestrate::lease_check_fired(&mut Server::on(self), &name(lock as usize), at);
             }
-            Armed::Retry { .. } => orchestrate::retry_fired(&mut Server::on(self)),
+            Armed::Retry { .. } => {
+                orchestrate::retry_fired(&mut Server::on(self));
+                self.end_pending();
+            }
             Armed::Deadline { client, conn, .. } => {
                 let id = ServerModel::id(client as usize, conn);
                 let answered = orchestrate::deadline_passed(&mut Server::on(self), id);
@@ -815,6 +964,8 @@ impl Model for ServerModel {
             revoked: Vec::new(),
             forced: Vec::new(),
             highest_fence: 0,
+            bound: Vec::new(),
+            pending_ends: Vec::new(),
             broken: Broken::default(),
             seen: Seen::default(),
         }]
@@ -852,22 +1003,31 @@ impl Model for ServerModel {
                     _ => 0,
                 };
                 let holding = c.holds[l].is_some();
+                let modes: &[bool] = if b.ephemeral {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
                 for &ttl in &b.ttls {
-                    if count < b.max_count {
-                        actions.push(Action::Acquire {
-                            client,
-                            lock,
-                            ttl,
-                            wait: None,
-                        });
-                        if !holding {
-                            for &timeout in &b.timeouts {
-                                actions.push(Action::Acquire {
-                                    client,
-                                    lock,
-                                    ttl,
-                                    wait: Some(timeout),
-                                });
+                    for &ephemeral in modes {
+                        if count < b.max_count {
+                            actions.push(Action::Acquire {
+                                client,
+                                lock,
+                                ttl,
+                                wait: None,
+                                ephemeral,
+                            });
+                            if !holding {
+                                for &timeout in &b.timeouts {
+                                    actions.push(Action::Acquire {
+                                        client,
+                                        lock,
+                                        ttl,
+                                        wait: Some(timeout),
+                                        ephemeral,
+                                    });
+                                }
                             }
                         }
                     }
@@ -945,9 +1105,10 @@ impl Model for ServerModel {
                 lock,
                 ttl,
                 wait,
+                ephemeral,
             } => {
                 s.clients[client as usize].commands += 1;
-                s.acquire(client as usize, lock as usize, ttl, wait);
+                s.acquire(client as usize, lock as usize, ttl, wait, ephemeral);
             }
             Action::Reenter { client, .. }
             | Action::Renew { client, .. }
@@ -1061,6 +1222,20 @@ impl Model for ServerModel {
             Property::sometimes("a grant is taken back", |_, s: &State| s.seen.revoked),
             Property::sometimes("a wait times out", |_, s: &State| s.seen.timed_out),
         ];
+        if self.bounds.ephemeral {
+            properties.push(Property::sometimes(
+                "a lost connection hands its ephemeral hold to a waiter",
+                |_, s: &State| s.seen.disconnect_handoff,
+            ));
+            properties.push(Property::sometimes(
+                "a connection lost during a write pause ends its hold after it",
+                |_, s: &State| s.seen.disconnect_deferred,
+            ));
+            properties.push(Property::always(
+                "a closed connection's hold is ended once the server is idle",
+                |_, s: &State| s.paused || !s.idle() || s.pending_ends.is_empty(),
+            ));
+        }
         if self.bounds.clients >= 3 {
             properties.push(Property::sometimes(
                 "two clients wait at once",
@@ -1133,6 +1308,16 @@ impl fmt::Debug for State {
             if !parts.is_empty() {
                 write!(f, " | c{i}: {}", parts.join(", "))?;
             }
+        }
+        for b in &self.bound {
+            write!(
+                f,
+                " | {} bound to c{}#{} fence {}",
+                LOCK_NAMES[b.lock as usize],
+                b.client,
+                b.conn,
+                Fence(b.fence)
+            )?;
         }
         if self.pumps > 0 {
             write!(f, " | pump x{}", self.pumps)?;

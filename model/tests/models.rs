@@ -24,6 +24,29 @@ fn server_model_keeps_every_guarantee() {
     assert_all_held(&report);
 }
 
+/// Ephemeral holds: a client may acquire with `EPHEMERAL`, and its
+/// connection may be lost (during a write pause too); the hold it was
+/// bound to ends as a release to zero and its waiters are served. No two
+/// clients hold a lock at once (the lost one's belief counts no more: its
+/// fence guards the resource), and every blocked client is answered once.
+#[test]
+fn ephemeral_holders_losing_their_connection_keep_every_guarantee() {
+    // No operator writes: they end holds their own way, checked above.
+    let bounds = server::Bounds {
+        ephemeral: true,
+        operator_writes: 0,
+        ..server::Bounds::quick()
+    };
+    let report = run(
+        "server, ephemeral holds",
+        server::ServerModel { bounds },
+        Search::Bfs,
+        2,
+        None,
+    );
+    assert_all_held(&report);
+}
+
 /// Found by the checker (model/README.md, "revoke after a reentry"): a
 /// waiter granted a lock disconnects before its reply is written, so the
 /// grant is queued to be taken back, while the same owner (another

@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ffi::{at_first_lock, guard, lock_may_exist, now_ms};
-use crate::ffi::{datatype, quarantine, upgrade};
+use crate::ffi::{datatype, ephemeral, quarantine, upgrade};
 use crate::ffi::{subscribe_to_server_event, waiting};
 use crate::queue::LockName;
 use crate::{fence, stats};
@@ -135,6 +135,7 @@ fn keyspace_event(
     } else if !datatype::may_hold_lock(name) {
         return; // no lock and no waiter was ever under this name
     }
+    ephemeral::key_event(db(), event, name);
     if waiting::serving_inline() {
         return; // our own command frees the lock and serves it itself
     }

@@ -8,6 +8,7 @@
 pub mod commandinfo;
 pub mod config;
 pub mod datatype;
+pub mod ephemeral;
 pub mod events;
 pub mod key;
 pub mod latency;

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::{raw, Context};
 
 use crate::fence;
-use crate::ffi::{context_flags, create_timer, guard, now_ms, partition, quarantine};
+use crate::ffi::{context_flags, create_timer, ephemeral, guard, now_ms, partition, quarantine};
 use crate::ffi::{subscribe_to_server_event, writes_paused};
 use crate::handoff::PAUSE_RETRY_MS;
 
@@ -82,6 +82,9 @@ extern "C" fn on_event(
             && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
         if promoted {
             quarantine::promoted(partition::lag_ms());
+        }
+        if event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
+            ephemeral::role_changed();
         }
         // Redis recounts its good replicas when one comes or goes.
         partition::refresh(ctx);

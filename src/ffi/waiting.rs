@@ -62,7 +62,7 @@ use redis_module::{logging, raw, Context, RedisString, RedisValue};
 use crate::error::LockError;
 use crate::ffi::key::LockKey;
 use crate::ffi::latency::{self, Tracked};
-use crate::ffi::{self, config, partition, quarantine};
+use crate::ffi::{self, config, ephemeral, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::handoff::{Deadlines, Engine, Gate, Timer};
 use crate::holds::{Holds, Mode};
@@ -99,6 +99,9 @@ pub struct Parked {
     /// When it parked ([`latency::now_us`]): `LOCK.QUEUE`'s `waited` and
     /// `INFO lock`'s `wait_usec`.
     since_us: u64,
+    /// Asked `EPHEMERAL`: a fresh hold granted to it is bound to its
+    /// connection.
+    ephemeral: bool,
 }
 
 /// What the reply callback tells the client once it is unblocked.
@@ -218,11 +221,38 @@ fn inline<R>(body: impl FnOnce() -> R) -> R {
 /// The server as [`orchestrate`] sees it, from one command or callback.
 pub struct Server<'c> {
     ctx: &'c Context,
+    /// The calling command asked `EPHEMERAL` (its waiter remembers it).
+    ephemeral: bool,
+    /// Not a command: a server event, whose context's client is not the
+    /// author of what the module writes (see [`Server::outside_command`]).
+    outside: bool,
 }
 
 impl<'c> Server<'c> {
     pub fn new(ctx: &'c Context) -> Self {
-        Server { ctx }
+        Server {
+            ctx,
+            ephemeral: false,
+            outside: false,
+        }
+    }
+
+    /// For `LOCK.ACQUIRE … EPHEMERAL`: a client it parks is bound to the
+    /// hold it is handed.
+    pub fn ephemeral(mut self, ephemeral: bool) -> Self {
+        self.ephemeral = ephemeral;
+        self
+    }
+
+    /// For work done from a server event that may fire inside another
+    /// client's command (a closing connection): keys are opened as from a
+    /// timer, so their effects are replicated as such and never as that
+    /// command (which `RedisModule_ReplicateVerbatim` would send).
+    pub fn outside_command(ctx: &'c Context) -> Self {
+        Server {
+            outside: true,
+            ..Server::new(ctx)
+        }
     }
 }
 
@@ -246,10 +276,11 @@ impl<'c> Host for Server<'c> {
     fn open(&mut self, target: &RedisString) -> LockKey<'c> {
         // The key keeps its own reference to the command's key name.
         let name = RedisString::new(NonNull::new(self.ctx.ctx), target.inner);
-        LockKey::open_owned(self.ctx, name, true)
+        LockKey::open_owned(self.ctx, name, !self.outside)
     }
 
     fn open_name(&mut self, name: &LockName, in_command: bool) -> LockKey<'c> {
+        let in_command = in_command && !self.outside;
         if !in_command {
             select_db(self.ctx.ctx, name.db);
         }
@@ -383,7 +414,13 @@ impl<'c> Host for Server<'c> {
     }
 
     fn block(&mut self, _name: &LockName, timeout_ms: u64) -> Option<(u64, Parked)> {
-        block(self.ctx, timeout_ms)
+        block(self.ctx, timeout_ms, self.ephemeral)
+    }
+
+    fn began(&mut self, id: u64, handle: &Parked, name: &LockName, owner: &[u8], fence: u64) {
+        if handle.ephemeral {
+            ephemeral::bind(self.ctx.ctx, id, name.clone(), owner, fence);
+        }
     }
 
     fn reply_granted(&mut self, id: u64, handle: Parked, _: &LockName, fence: u64, _until: u64) {
@@ -435,7 +472,7 @@ fn event_name(event: Event) -> &'static std::ffi::CStr {
 /// Blocks the calling client (no server-side timeout: its `WAIT` deadline,
 /// if any, joins [`DEADLINES`]). Its id and handle, or `None` if it could
 /// not be blocked.
-fn block(ctx: &Context, timeout_ms: u64) -> Option<(u64, Parked)> {
+fn block(ctx: &Context, timeout_ms: u64, ephemeral: bool) -> Option<(u64, Parked)> {
     // SAFETY: the command's live context; the callbacks are plain functions.
     let (client, id) = unsafe {
         let client = raw::RedisModule_BlockClient.map_or(ptr::null_mut(), |f| {
@@ -471,6 +508,7 @@ fn block(ctx: &Context, timeout_ms: u64) -> Option<(u64, Parked)> {
         client: BlockedClient(client),
         deadline,
         since_us: latency::now_us(),
+        ephemeral,
     };
     Some((id, parked))
 }
@@ -839,12 +877,12 @@ fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<O
 // Small helpers.
 // ---------------------------------------------------------------------------
 
-fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
+pub(crate) fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
     // SAFETY: a live context.
     unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
 }
 
-fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
+pub(crate) fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
     // SAFETY: a live context; an index that no longer exists fails harmlessly.
     unsafe {
         raw::RedisModule_SelectDb.map(|f| f(ctx, db));

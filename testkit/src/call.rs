@@ -231,6 +231,8 @@ pub struct HolderInfo {
     pub ttl: i64,
     /// Milliseconds since the hold began.
     pub held: i64,
+    /// Whether the hold is bound to its connection (`EPHEMERAL`).
+    pub ephemeral: bool,
 }
 
 /// The field/value pairs of a RESP2 flat array or a RESP3 map.
@@ -264,6 +266,7 @@ impl HolderInfo {
             fence: int("fence")?,
             ttl: int("ttl")?,
             held: int("held")?,
+            ephemeral: int("ephemeral")? == 1,
         })
     }
 }

@@ -40,6 +40,7 @@ pub const LOCK_INFO_FIELDS: &[&str] = &[
     "lock_quarantine_ms",
     "lock_partition_safe",
     "lock_shared_held",
+    "lock_disconnect_released",
 ];
 
 /// Milliseconds since the Unix epoch, as the module's fence clock reads them.

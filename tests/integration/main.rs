@@ -29,6 +29,10 @@ mod conventions;
 /// the same bytes from the same inputs, and its module loaded from
 /// redis.conf, the command line and `MODULE LOAD`.
 mod dist;
+/// Ephemeral holds: a hold bound to its connection ends when it closes
+/// (SIGKILL, `CLIENT KILL`, `QUIT`, the client timeout); bindings kept by
+/// `DEBUG RELOAD`, `RENAME`, `MOVE`, absent on a replica.
+mod ephemeral;
 /// Bad input: each error, the order of checks, and that an error changes
 /// nothing; the command table, OOM, and `LOCK.APPLY` closed to clients.
 mod errors;

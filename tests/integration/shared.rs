@@ -316,7 +316,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         (&["SHARED", "LIMIT"], "ERR syntax error"),
         (&["SHARED", "SHARED"], "ERR syntax error"),
         (&["SHARED", "WAIT"], "ERR syntax error"),
-        (&["SHARED", "EPHEMERAL"], "ERR syntax error"),
+        (&["SHARED", "EPHEMERAL", "EPHEMERAL"], "ERR syntax error"),
         (
             &["SHARED", "LIMIT", "0"],
             "ERR LIMIT must be an integer from 1 to 1000000",
