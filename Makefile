@@ -84,9 +84,10 @@ integration-valkey: build valkey python-env ## The same integration tests on Val
 	cargo build --release --workspace --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
-lint: node-env ## rustfmt and clippy over the workspace (module, client, model, testkit), tsc --strict over the Node package, as before every commit
+lint: python-env node-env ## rustfmt and clippy over the workspace (module, client, model, testkit), ruff over the Python package, tsc --strict over the Node package, as before every commit
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	$(PYENV)/bin/ruff check python
 	cd node && npm run --silent lint
 
 bench: build python-env node-env ## Every benchmark: the module vs the recipes and raw Redis, Redlock vs rslock, Python and Node locks (< 15 min)
@@ -129,7 +130,7 @@ bench-instr: build servers ## Instructions per operation in redis-server (callgr
 # The Python package (python/): a virtualenv under target/, the package and
 # pinned test/bench dependencies installed into it.
 PYENV := target/pyenv
-PY_PINS := redis==8.1.0 pytest==9.2.0 python-redis-lock==4.0.1
+PY_PINS := redis==8.1.0 pytest==9.2.0 python-redis-lock==4.0.1 ruff==0.17.6
 
 $(PYENV)/bin/python:
 	python3 -m venv $(PYENV) || { rm -rf $(PYENV); $(SUDO) apt-get install -y -qq python3-venv && python3 -m venv $(PYENV); }

@@ -5,12 +5,17 @@
 //! the lock, so its value numbers the acquisitions in the order they happened:
 //! sorting by it shows who followed whom, hence how often the client that had
 //! just released took the lock again (barging; its other clients starve).
+//!
+//! The `BLPOP` token runs the same loop on a list seeded with one token
+//! (`BLPOP` it, `INCR`, `RPUSH` it back): Redis's own hand-off, one holder at
+//! a time, in the order the clients blocked. The module's throughput against
+//! this one's shows what a lock's bookkeeping adds to a hand-off.
 
 use std::sync::{Arc, Barrier, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::locks::{Client, Scripts, Waiting};
+use crate::locks::{token_list, Client, Scripts, Waiting};
 use crate::server::{command_calls, server_cpu_seconds, Server};
 use crate::stats::{percentile, uuid};
 use crate::Res;
@@ -61,7 +66,14 @@ pub fn run(
     redis::cmd("DEL")
         .arg(KEY)
         .arg(COUNTER)
+        .arg(token_list(KEY))
         .query::<()>(&mut con)?;
+    if waiting == Waiting::BlpopToken {
+        redis::cmd("RPUSH")
+            .arg(token_list(KEY))
+            .arg("x")
+            .query::<()>(&mut con)?;
+    }
     let mut connected = Vec::with_capacity(clients);
     let run_id = uuid();
     for t in 0..clients {

@@ -11,6 +11,11 @@
 //!   message, or when the `PTTL` they were told has passed.
 //! - **Raw**: `SET NX PX` + `DEL`, no owner check: the server's ceiling for a
 //!   write pair on one key.
+//! - **`BLPOP` token** (contended runs only): no lock at all, Redis's own
+//!   first-come-first-served hand-off. One token sits in a list; a client
+//!   "holds" while it has popped it (`BLPOP`) and hands it on with `RPUSH`.
+//!   It has no owner and no lease, so it is a yardstick for the hand-off, not
+//!   a lock anyone should use.
 
 use std::io;
 use std::thread;
@@ -138,6 +143,10 @@ pub enum Waiting {
     /// The hash recipe: subscribe, retry on each release message or when the
     /// holder's lease should have ended.
     PubSub,
+    /// Raw Redis: `BLPOP` the one token of a list, `RPUSH` it back to release.
+    /// Not in [`Waiting::ALL`]: a token has no lease, so the takeover section
+    /// has nothing to measure for it.
+    BlpopToken,
 }
 
 impl Waiting {
@@ -149,11 +158,23 @@ impl Waiting {
         Waiting::PubSub,
     ];
 
+    /// Every way of waiting the contended runs measure: the locks, then
+    /// Redis's own hand-off as their yardstick.
+    pub const CONTENDED: [Waiting; 5] = [
+        Waiting::ModuleWait,
+        Waiting::Poll(Duration::from_millis(20)),
+        Waiting::Poll(Duration::from_millis(1)),
+        Waiting::PubSub,
+        Waiting::BlpopToken,
+    ];
+
+    /// The lock kind a way of waiting goes with; the token is raw Redis.
     pub fn kind(self) -> Kind {
         match self {
             Waiting::ModuleWait => Kind::Module,
             Waiting::Poll(_) => Kind::StringRecipe,
             Waiting::PubSub => Kind::HashRecipe,
+            Waiting::BlpopToken => Kind::Raw,
         }
     }
 
@@ -162,8 +183,15 @@ impl Waiting {
             Waiting::ModuleWait => "module (WAIT)".into(),
             Waiting::Poll(d) => format!("string recipe, {} ms poll", d.as_millis()),
             Waiting::PubSub => "hash recipe, pub/sub".into(),
+            Waiting::BlpopToken => "raw BLPOP token".into(),
         }
     }
+}
+
+/// The list the `BLPOP` token clients pass their one token through: the
+/// lock's key with a suffix, so a run that uses both never mixes them.
+pub fn token_list(key: &str) -> String {
+    format!("{key}:token")
 }
 
 /// One client of one lock: its own connection (plus a subscriber connection
@@ -217,6 +245,7 @@ impl Client {
             Waiting::ModuleWait => self.acquire_module(give_up),
             Waiting::Poll(every) => self.acquire_polling(every, give_up),
             Waiting::PubSub => self.acquire_pubsub(give_up),
+            Waiting::BlpopToken => self.acquire_token(give_up),
         }
     }
 
@@ -242,6 +271,17 @@ impl Client {
         ];
         let reply = self.con.call(&args)?.check("LOCK.ACQUIRE")?;
         Ok(Kind::Module.took(&reply))
+    }
+
+    /// `BLPOP` with the time left as its timeout, as the module's `WAIT` is
+    /// given it: served in the order the clients blocked.
+    fn acquire_token(&mut self, give_up: Instant) -> io::Result<bool> {
+        let left = give_up.saturating_duration_since(Instant::now());
+        // A 0 timeout would mean "forever": block at least 1 ms.
+        let secs = format!("{:.3}", left.as_secs_f64().max(0.001));
+        let list = token_list(&self.key);
+        let reply = self.con.call(&["BLPOP", &list, &secs])?.check("BLPOP")?;
+        Ok(matches!(reply, Reply::Array(_)))
     }
 
     fn acquire_polling(&mut self, every: Duration, give_up: Instant) -> io::Result<bool> {
@@ -300,6 +340,17 @@ impl Client {
 
     /// Frees the lock; an answer other than "freed" is an error.
     pub fn release(&mut self) -> io::Result<()> {
+        if self.waiting == Waiting::BlpopToken {
+            // One token in all: the list is empty while anyone holds it.
+            let list = token_list(&self.key);
+            return match self.call(&["RPUSH", &list, "x"])? {
+                Reply::Int(1) => Ok(()),
+                other => Err(io::Error::other(format!(
+                    "RPUSH of the token by {} answered {other:?} (more than one token?)",
+                    self.owner
+                ))),
+            };
+        }
         let kind = self.waiting.kind();
         let args = kind.release(&self.scripts, &self.key, &self.owner, &self.ttl);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

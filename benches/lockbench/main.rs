@@ -26,6 +26,7 @@
 //! | [`takeover`] | 3: a holder vanishes, time from lease end to the waiter's hold |
 //! | [`memory`] | 4: the bulk loader and `used_memory` per held lock |
 //! | [`drain`] | 5b: server CPU per hand-off with N clients waiting |
+//! | [`shared`], [`shared_recipes`] | shared holds: read-write locks and semaphores: the recipes' Lua, throughput, the stress check |
 //! | [`stats`], [`markdown`] | medians and percentiles; Markdown tables and number formats |
 //!
 //! Without `--bench` (as `cargo test --all-targets` runs it) it does nothing.
@@ -40,6 +41,8 @@ mod report;
 mod resp;
 mod sections;
 mod server;
+mod shared;
+mod shared_recipes;
 mod stats;
 mod takeover;
 mod throughput;

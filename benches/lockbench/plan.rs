@@ -28,6 +28,11 @@ pub struct Plan {
     pub fifo_handoffs: usize,
     /// Length of a hash-recipe drain run.
     pub drain_window: Duration,
+    /// Repetitions and length of the shared-hold throughput runs.
+    pub shared_reps: usize,
+    pub shared_window: Duration,
+    /// Length of each shared-hold stress run.
+    pub stress_window: Duration,
     /// The watchdog aborts the run after this.
     pub budget: Duration,
 }
@@ -49,6 +54,9 @@ pub const FULL: Plan = Plan {
     drain_reps: 5,
     fifo_handoffs: 10_000,
     drain_window: Duration::from_millis(1_500),
+    shared_reps: 5,
+    shared_window: Duration::from_millis(1_500),
+    stress_window: Duration::from_secs(4),
     budget: Duration::from_secs(15 * 60),
 };
 
@@ -65,6 +73,9 @@ pub const QUICK: Plan = Plan {
     drain_reps: 1,
     fifo_handoffs: 4_000,
     drain_window: Duration::from_millis(600),
+    shared_reps: 2,
+    shared_window: Duration::from_millis(600),
+    stress_window: Duration::from_secs(2),
     budget: Duration::from_secs(4 * 60),
     // The same client counts, locks and waiters as the full run.
     ..FULL

@@ -97,6 +97,7 @@ fn short(w: Waiting) -> &'static str {
         Waiting::Poll(d) if d >= Duration::from_millis(20) => "poll 20 ms",
         Waiting::Poll(_) => "poll 1 ms",
         Waiting::PubSub => "pub/sub",
+        Waiting::BlpopToken => "BLPOP token",
     }
 }
 
@@ -206,6 +207,30 @@ fn render_summary(ctx: &Ctx, r: &Results, out: &mut String) {
             verdict(defined(vs_best).map(|x| x >= 3.0)),
         ]);
     }
+    // Redis's own hand-off as the yardstick: a ratio near 1 means the
+    // module's hand-off costs no more wall-clock time than Redis's.
+    let vs_token = |clients: usize| {
+        med(&r.contended, |rep| {
+            crate::sections::contended::vs_token(rep, clients)
+        })
+    };
+    t.row(vec![
+        format!(
+            "acquisitions/s ÷ raw `BLPOP` token ({})",
+            plan.clients.map(|c| c.to_string()).join(" / ")
+        ),
+        plan.clients.map(|c| ratio(vs_token(c))).join(" / "),
+        format!(
+            "token: {} acquisitions/s",
+            plan.clients
+                .map(|c| count(contended_med(r, Waiting::BlpopToken, c, |x| {
+                    x.acquisitions_per_s
+                })))
+                .join(" / ")
+        ),
+        "(none; Redis's own hand-off)".into(),
+        "".into(),
+    ]);
     let (lo, hi) = (plan.clients[0], plan.clients[2]);
     let flat = |w: Waiting| {
         med(&r.contended, |rep| {
@@ -409,7 +434,7 @@ fn render_details(ctx: &Ctx, r: &Results, out: &mut String) {
         "same client again",
     ]);
     for clients in plan.clients {
-        for w in Waiting::ALL {
+        for w in Waiting::CONTENDED {
             if r.contended
                 .iter()
                 .all(|rep| !rep.contains_key(&(w, clients)))
@@ -441,7 +466,25 @@ fn render_details(ctx: &Ctx, r: &Results, out: &mut String) {
         out,
         "\nWait: from wanting the lock to holding it. Commands: every call in `INFO commandstats` (those inside scripts too) ÷ acquisitions. \
          Server µs: the server's main-thread CPU per acquisition. \
-         Longest hold: from holding the lock to the release's reply (one INCR and one release round trip, unless the client thread was descheduled). Same client again: share of acquisitions made by the client that made the one before (barging; the others starve).\n"
+         Longest hold: from holding the lock to the release's reply (one INCR and one release round trip, unless the client thread was descheduled). Same client again: share of acquisitions made by the client that made the one before (barging; the others starve). \
+         Raw `BLPOP` token: no lock, Redis's own hand-off — one token in a list, `BLPOP` (timeout: the time left in the run, as the module's `WAIT`) → `INCR` → `RPUSH`, served in the order the clients blocked.\n"
+    );
+    let ratios: Vec<String> = plan
+        .clients
+        .iter()
+        .map(|&c| {
+            format!(
+                "{c} clients {}",
+                ratio(med(&r.contended, |rep| {
+                    crate::sections::contended::vs_token(rep, c)
+                }))
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "Module ÷ raw `BLPOP` token, acquisitions/s (per repetition, then the median): {}.\n",
+        ratios.join(", ")
     );
 
     let _ = writeln!(
@@ -559,4 +602,5 @@ fn render_details(ctx: &Ctx, r: &Results, out: &mut String) {
         let _ = writeln!(out, "\n{note}");
     }
     out.push('\n');
+    crate::sections::shared::render(ctx, r, out);
 }

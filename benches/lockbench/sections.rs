@@ -6,6 +6,7 @@ pub mod contended;
 pub mod drain;
 pub mod memory;
 pub mod scale;
+pub mod shared;
 pub mod takeover;
 pub mod uncontended;
 
@@ -22,13 +23,14 @@ use crate::throughput::{PairRun, Subject};
 use crate::Res;
 
 /// The sections, in run order.
-pub const ALL: [(&str, Section); 6] = [
+pub const ALL: [(&str, Section); 7] = [
     ("uncontended", uncontended::run),
     ("contended", contended::run),
     ("takeover", takeover::run),
     ("memory", memory::run),
     ("scale", scale::run),
     ("drain", drain::run),
+    ("shared", shared::run),
 ];
 
 /// One section of the run: measures and adds to the results.
@@ -66,6 +68,8 @@ pub struct Results {
     pub waiters_note: Option<String>,
     /// Per repetition: (waiters, kind) → run.
     pub drain: Vec<HashMap<(usize, Kind), Drain>>,
+    /// Shared holds: throughput and the stress check.
+    pub shared: shared::SharedResults,
     pub errors: Vec<String>,
 }
 
@@ -94,10 +98,15 @@ pub fn rotated<T: Copy>(items: &[T], by: usize) -> Vec<T> {
     v
 }
 
-/// The ways of waiting this build can measure.
+/// The ways of waiting for a lock this build can measure.
 pub fn waitings(ctx: &Ctx) -> Vec<Waiting> {
-    Waiting::ALL
-        .into_iter()
+    measurable(ctx, &Waiting::ALL)
+}
+
+/// `ways` without the module's `WAIT` if this build lacks it.
+pub fn measurable(ctx: &Ctx, ways: &[Waiting]) -> Vec<Waiting> {
+    ways.iter()
+        .copied()
         .filter(|w| ctx.wait || *w != Waiting::ModuleWait)
         .collect()
 }

@@ -16,7 +16,7 @@ use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::client::Client as AsyncClient;
+use crate::client::{Client as AsyncClient, Semaphore as AsyncSemaphore};
 use crate::conn::Conn;
 use crate::error::{Error, LossReason};
 use crate::guard::{Guard as AsyncGuard, LossSignal};
@@ -149,6 +149,32 @@ impl Client {
         run_with(guard, f)
     }
 
+    /// The read side of a read-write lock (see [`crate::Client::read_lock`]).
+    pub fn read_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.bg.block_on(self.inner.read_lock(key, opts))?;
+        Ok(self.wrap(guard))
+    }
+
+    /// The read side at once, or [`Error::WouldBlock`].
+    pub fn try_read_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.bg.block_on(self.inner.try_read_lock(key, opts))?;
+        Ok(self.wrap(guard))
+    }
+
+    /// The write side of a read-write lock: the same as [`Client::lock`].
+    pub fn write_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        self.lock(key, opts)
+    }
+
+    /// A counting semaphore of `limit` permits on `key` (see
+    /// [`crate::Client::semaphore`]).
+    pub fn semaphore(&self, key: &str, limit: u32) -> Result<Semaphore, Error> {
+        Ok(Semaphore {
+            inner: self.inner.semaphore(key, limit)?,
+            client: self.clone(),
+        })
+    }
+
     /// Watchdogs and background releases alive now. For tests.
     #[doc(hidden)]
     pub fn background_tasks(&self) -> usize {
@@ -160,6 +186,31 @@ impl Client {
             inner: guard,
             bg: self.bg.clone(),
         }
+    }
+}
+
+/// A blocking counting semaphore; see [`crate::Semaphore`].
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: AsyncSemaphore,
+    client: Client,
+}
+
+impl Semaphore {
+    /// Takes a permit, waiting up to the options' wait.
+    pub fn acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.client.bg.block_on(self.inner.acquire(opts))?;
+        Ok(self.client.wrap(guard))
+    }
+
+    /// Takes a permit at once, or [`Error::WouldBlock`].
+    pub fn try_acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.client.bg.block_on(self.inner.try_acquire(opts))?;
+        Ok(self.client.wrap(guard))
+    }
+
+    pub fn limit(&self) -> u32 {
+        self.inner.limit()
     }
 }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::conn::{self, Conn};
+use crate::conn::{self, Conn, Share};
 use crate::error::Error;
 use crate::guard::{Backend, BoxFuture, Context, Guard, Pending};
 use crate::options::{deadline, LockOptions};
@@ -111,22 +111,7 @@ impl Client {
 
     /// Takes the lock if it is free, at once; [`Error::WouldBlock`] if not.
     pub async fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
-        let ttl_ms = opts.ttl_ms()?;
-        let owner = self.inner.owners.next();
-        let sent = Instant::now();
-        let fence: Option<u64> = self
-            .inner
-            .server
-            .conn
-            .query(&conn::acquire(key, &owner, ttl_ms, None))
-            .await?;
-        match fence {
-            Some(fence) => {
-                let deadline = deadline(sent, opts.ttl());
-                Ok(self.guard(key, owner, fence, opts, ttl_ms, deadline))
-            }
-            None => Err(Error::WouldBlock),
-        }
+        self.try_hold(key, opts, Share::Exclusive).await
     }
 
     /// Takes the lock, waiting for it up to the options' wait (the server
@@ -143,6 +128,66 @@ impl Client {
     /// client renews once before handing out the guard, and counts the lease
     /// from that renew's send time.
     pub async fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        self.hold(key, opts, Share::Exclusive).await
+    }
+
+    /// The read side of a read-write lock on `key`: held beside other
+    /// readers, never beside the writer ([`Client::write_lock`]). Waits as
+    /// [`Client::lock`] does, in the same queue: readers behind a waiting
+    /// writer wait behind it. The guard has its own fence and watchdog.
+    pub async fn read_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        self.hold(key, opts, Share::Read).await
+    }
+
+    /// [`Client::read_lock`] at once, or [`Error::WouldBlock`].
+    pub async fn try_read_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        self.try_hold(key, opts, Share::Read).await
+    }
+
+    /// The write side of a read-write lock on `key`: an exclusive hold, the
+    /// same as [`Client::lock`], granted once every reader's hold has ended.
+    pub async fn write_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        self.lock(key, opts).await
+    }
+
+    /// A counting semaphore of `limit` permits (1 to 1,000,000) on `key`;
+    /// each permit is a leased hold of its own. Every user of `key` must
+    /// ask for the same limit while permits are held or awaited: the server
+    /// refuses another.
+    pub fn semaphore(&self, key: &str, limit: u32) -> Result<Semaphore, Error> {
+        if !(1..=MAX_PERMITS).contains(&limit) {
+            return Err(Error::InvalidOptions(
+                "a semaphore's limit must be from 1 to 1,000,000",
+            ));
+        }
+        Ok(Semaphore {
+            client: self.clone(),
+            key: key.to_string(),
+            limit,
+        })
+    }
+
+    async fn try_hold(&self, key: &str, opts: &LockOptions, share: Share) -> Result<Guard, Error> {
+        let ttl_ms = opts.ttl_ms()?;
+        let owner = self.inner.owners.next();
+        let sent = Instant::now();
+        let fence: Option<u64> = self
+            .inner
+            .server
+            .conn
+            .query(&conn::acquire(key, &owner, ttl_ms, share, None))
+            .await?;
+        match fence {
+            Some(fence) => {
+                let deadline = deadline(sent, opts.ttl());
+                Ok(self.guard(key, owner, fence, opts, ttl_ms, deadline))
+            }
+            None => Err(Error::WouldBlock),
+        }
+    }
+
+    /// A hold of `share`, waiting as [`Client::lock`] describes.
+    async fn hold(&self, key: &str, opts: &LockOptions, share: Share) -> Result<Guard, Error> {
         let ttl_ms = opts.ttl_ms()?;
         let wait_ms = opts.wait_ms()?;
         let owner = self.inner.owners.next();
@@ -154,7 +199,7 @@ impl Client {
         let mut pending = Pending::new(self.context(), key, &owner);
         let sent = Instant::now();
         let reply = link
-            .query::<Option<u64>>(&conn::acquire(key, &owner, ttl_ms, Some(wait_ms)))
+            .query::<Option<u64>>(&conn::acquire(key, &owner, ttl_ms, share, Some(wait_ms)))
             .await;
         drop(link);
         let fence = match reply {
@@ -237,6 +282,53 @@ impl Client {
             tasks: self.inner.tasks.clone(),
             runtime: tokio::runtime::Handle::current(),
         }
+    }
+}
+
+/// The most permits a semaphore may have (the server's bound).
+const MAX_PERMITS: u32 = 1_000_000;
+
+/// A counting semaphore on one key ([`Client::semaphore`]): each
+/// [`Semaphore::acquire`] takes one permit, a [`Guard`] with its own fence,
+/// lease and watchdog, released as any guard is.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redislock_client::Error> {
+/// use redislock_client::{Client, LockOptions};
+/// let client = Client::open("redis://127.0.0.1:6379/")?;
+/// let pool = client.semaphore("db:connections", 8)?;
+/// let permit = pool.acquire(&LockOptions::default()).await?;
+/// // ... at most 8 holders run here at once ...
+/// drop(permit); // released in the background
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Client,
+    key: String,
+    limit: u32,
+}
+
+impl Semaphore {
+    /// Takes a permit, waiting up to the options' wait in the server's queue
+    /// (first come, first served); [`Error::TimedOut`] if none came.
+    pub async fn acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let share = Share::Permit(self.limit);
+        self.client.hold(&self.key, opts, share).await
+    }
+
+    /// Takes a permit at once, or [`Error::WouldBlock`].
+    pub async fn try_acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let share = Share::Permit(self.limit);
+        self.client.try_hold(&self.key, opts, share).await
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn limit(&self) -> u32 {
+        self.limit
     }
 }
 

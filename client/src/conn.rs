@@ -226,10 +226,36 @@ impl Conn {
     }
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
-pub(crate) fn acquire(key: &str, owner: &str, ttl_ms: u64, wait_ms: Option<u64>) -> Cmd {
+/// What a lock call asks for: the lock alone, or a share of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Share {
+    /// An exclusive hold: a mutex, or a read-write lock's write side.
+    Exclusive,
+    /// A shared hold without a limit: a read-write lock's read side.
+    Read,
+    /// One of this many permits of a semaphore.
+    Permit(u32),
+}
+
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
+pub(crate) fn acquire(
+    key: &str,
+    owner: &str,
+    ttl_ms: u64,
+    share: Share,
+    wait_ms: Option<u64>,
+) -> Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(ttl_ms);
+    match share {
+        Share::Exclusive => {}
+        Share::Read => {
+            cmd.arg("SHARED");
+        }
+        Share::Permit(limit) => {
+            cmd.arg("SHARED").arg("LIMIT").arg(limit);
+        }
+    }
     if let Some(wait) = wait_ms {
         cmd.arg("WAIT").arg(wait);
     }

@@ -19,7 +19,7 @@
 //!
 //! | file | what lives there |
 //! |---|---|
-//! | `client.rs` | [`Client`]: one server or a Redis Cluster (async) |
+//! | `client.rs` | [`Client`]: one server or a Redis Cluster (async); read-write locks and [`Semaphore`] |
 //! | `redlock.rs` | [`Redlock`]: N independent servers, majority, fence round |
 //! | `guard.rs` | [`Guard`], its lease deadline, [`LossSignal`], the watchdog |
 //! | `blocking.rs` | [`blocking`]: the same API without async |
@@ -39,7 +39,7 @@ mod guard;
 mod options;
 mod redlock;
 
-pub use client::Client;
+pub use client::{Client, Semaphore};
 pub use error::{Error, LossReason};
 pub use guard::{Guard, LossSignal};
 pub use options::{drift, LockOptions};
@@ -50,3 +50,8 @@ pub use tokio_util::sync::CancellationToken;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeExample;
+
+/// This crate's README examples compile (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ClientReadmeExamples;

@@ -56,7 +56,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::client::Owners;
-use crate::conn::{self, Conn};
+use crate::conn::{self, Conn, Share};
 use crate::error::Error;
 use crate::guard::{Backend, BoxFuture, Context, Guard, Pending};
 use crate::options::{deadline, LockOptions};
@@ -289,7 +289,7 @@ impl Servers {
         // Measured from the send: a server may have granted right then.
         let valid_until = deadline(start, ttl);
         let replies = self
-            .everywhere::<Option<u64>>(&conn::acquire(key, owner, ttl_ms, None))
+            .everywhere::<Option<u64>>(&conn::acquire(key, owner, ttl_ms, Share::Exclusive, None))
             .await;
         if let Some(Err(Error::ModuleMissing)) = replies.iter().find(|r| r.is_err()) {
             return Err(Error::ModuleMissing);

@@ -19,6 +19,9 @@ mod redlock;
 /// new one after a failover.
 #[path = "client/sentinel.rs"]
 mod sentinel;
+/// Shared holds: read-write locks and semaphores, async and blocking.
+#[path = "client/shared.rs"]
+mod shared;
 /// One server: guard, watchdog, waits (longer than the ttl too) and their
 /// cancellation, drops, `with_lock`, the blocking API.
 #[path = "client/single.rs"]

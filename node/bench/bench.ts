@@ -1,13 +1,14 @@
 /**
  * Node locks compared on the same servers (started here, with the module):
  * this client (through node-redis and through ioredis) against `redlock`
- * 4.x and `redis-semaphore`'s Mutex, both over ioredis.
+ * 4.x and `redis-semaphore`'s Mutex and Semaphore, over ioredis.
  *
  * - uncontended: one caller, lock then unlock, again and again;
  * - contended: 32 workers in one process on one lock, each taking it,
  *   releasing it at once and asking again: acquisitions/s, the wait of each
  *   acquisition (p50, p99), and fairness (acquisitions per worker: min, max,
  *   Jain's index, 1 = perfectly even);
+ * - a semaphore of 8 permits, 32 workers (as contended, each holding a permit);
  * - Redlock over 3 servers, uncontended.
  *
  * Each figure is the median of `BENCH_REPEAT` runs (default 3) of
@@ -18,7 +19,7 @@
 import { Redis } from "ioredis";
 import { createClient } from "redis";
 import Redlock4 from "redlock";
-import { Mutex, RedlockMutex } from "redis-semaphore";
+import { Mutex, RedlockMutex, Semaphore as RsSemaphore } from "redis-semaphore";
 import { LockClient, Redlock } from "../src/index.js";
 import { ioredis } from "../src/ioredis.js";
 import { nodeRedis } from "../src/node-redis.js";
@@ -50,6 +51,8 @@ async function rounds<S, R extends Record<string, number>>(
   });
 }
 const WORKERS = 32;
+/** Permits of the semaphore section. */
+const PERMITS = 8;
 
 /** Lock then unlock once; resolves when both are done. */
 type Cycle = () => Promise<void>;
@@ -214,6 +217,40 @@ async function main(): Promise<void> {
     },
   ]);
   for (const [name, r] of await rounds(takers, contended)) {
+    console.log(
+      `| ${name} | ${r.rate.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.min} / ${r.max} | ${r.jain.toFixed(3)} | ${r.errors} |`,
+    );
+  }
+
+  console.log(`\n## A semaphore of ${PERMITS} permits, ${WORKERS} workers, one server\n`);
+  console.log(
+    "| library | acquisitions/s | wait p50 ms | wait p99 ms | per worker min / max | Jain | errors |\n|---|---|---|---|---|---|---|",
+  );
+  const permitTakers: Array<[string, Taker]> = [];
+  for (const { name, locks } of ours) {
+    const pool = locks.semaphore(fresh("s"), PERMITS);
+    permitTakers.push([
+      name,
+      async () => {
+        const permit = await pool.acquire({ ttl: 10_000, wait: 30_000 });
+        return async () => void (await permit.release());
+      },
+    ]);
+  }
+  const rss = fresh("s");
+  permitTakers.push([
+    "redis-semaphore 5.8.0 Semaphore (ioredis), retry every 10 ms",
+    async () => {
+      const sem = new RsSemaphore(semClient, rss, PERMITS, {
+        lockTimeout: 10_000,
+        acquireTimeout: 30_000,
+        retryInterval: 10,
+      });
+      await sem.acquire();
+      return async () => void (await sem.release());
+    },
+  ]);
+  for (const [name, r] of await rounds(permitTakers, contended)) {
     console.log(
       `| ${name} | ${r.rate.toFixed(0)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.min} / ${r.max} | ${r.jain.toFixed(3)} | ${r.errors} |`,
     );

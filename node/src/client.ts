@@ -12,7 +12,15 @@ import {
   classify,
 } from "./errors.js";
 import { type Backend, Lock, usingLock } from "./lock.js";
-import { type Checked, type LockOptions, check, deadline } from "./options.js";
+import {
+  type Checked,
+  type HoldKind,
+  type LockOptions,
+  SHARED,
+  check,
+  deadline,
+  permits,
+} from "./options.js";
 import {
   type Link,
   type Reply,
@@ -30,13 +38,33 @@ const MAX_REDIRECTS = 5;
 
 /** What `LOCK.INFO` says about a held lock. */
 export interface LockInfo {
-  owner: string;
+  /** The owner of an exclusive hold; `null` for a shared lock (see `holders`). */
+  owner: string | null;
+  /** The exclusive hold's count, or the number of owners sharing the lock. */
   count: number;
+  /** The exclusive hold's fence, or the highest of the shared holds'. */
   fence: bigint;
-  /** ms left on the lease. */
+  /** ms left on the lease (a shared lock: the latest lease among its holds). */
   ttl: number;
   /** Clients waiting for it. */
   waiters: number;
+  /** `exclusive` or `shared` (servers without shared holds: `exclusive`). */
+  mode: "exclusive" | "shared";
+  /** A semaphore's limit; 0 when none or exclusive. */
+  limit: number;
+  /** Each hold, oldest first (servers without shared holds: the one owner). */
+  holders: HolderInfo[];
+}
+
+/** One hold of a lock, as `LOCK.INFO` lists it. */
+export interface HolderInfo {
+  owner: string;
+  count: number;
+  fence: bigint;
+  /** ms left on this hold's lease. */
+  ttl: number;
+  /** ms since this hold began (null where the server does not say). */
+  held: number | null;
 }
 
 /**
@@ -91,8 +119,44 @@ export class LockClient {
    * server drops the waiter, and releases a grant that crossed the abort.
    */
   async lock(name: string, options?: LockOptions): Promise<Lock> {
+    return this.hold(name, options);
+  }
+
+  /**
+   * The read side of a read-write lock: held beside other readers, never
+   * beside the writer (`writeLock`). Waits as `lock` does, in the same
+   * queue: readers behind a waiting writer wait behind it. The lock has
+   * its own fence, lease and watchdog.
+   */
+  async readLock(name: string, options?: LockOptions): Promise<Lock> {
+    return this.hold(name, options, SHARED);
+  }
+
+  /** The read side at once, or `WouldBlockError`. */
+  async tryReadLock(name: string, options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    return this.hold(name, { ...options, wait: 0 }, SHARED);
+  }
+
+  /** The write side of a read-write lock: the same as `lock`. */
+  async writeLock(name: string, options?: LockOptions): Promise<Lock> {
+    return this.hold(name, options);
+  }
+
+  /**
+   * A counting semaphore of `limit` permits (1 to 1,000,000) on `name`;
+   * each permit is a leased hold of its own. Every user of `name` must ask
+   * for the same limit while permits are held or awaited (the server
+   * refuses another).
+   */
+  semaphore(name: string, limit: number): Semaphore {
     checkName(name);
-    const opts = check(options);
+    return new Semaphore(this, name, permits(limit));
+  }
+
+  /** A hold of `kind` (see `lock`). For `Semaphore`. */
+  async hold(name: string, options?: LockOptions, kind?: HoldKind): Promise<Lock> {
+    checkName(name);
+    const opts = check(options, kind);
     if (opts.wait === 0) {
       return this.#tryOnce(name, opts);
     }
@@ -145,12 +209,25 @@ export class LockClient {
       return null;
     }
     const field = (n: string): Reply => fields.get(n) ?? null;
+    const owner = field("owner") === null ? null : String(field("owner"));
+    const count = toCount(field("count"));
+    const fence = toBigInt(field("fence"));
+    const ttl = toCount(field("ttl"));
+    const listed = field("holders");
+    const holders: HolderInfo[] = Array.isArray(listed)
+      ? listed.map((entry) => holderInfo(infoFields(entry)))
+      : owner === null
+        ? []
+        : [{ owner, count, fence, ttl, held: null }];
     return {
-      owner: String(field("owner")),
-      count: toCount(field("count")),
-      fence: toBigInt(field("fence")),
-      ttl: toCount(field("ttl")),
+      owner,
+      count,
+      fence,
+      ttl,
       waiters: toCount(field("waiters")),
+      mode: field("mode") === "shared" ? "shared" : "exclusive",
+      limit: field("limit") === null ? 0 : toCount(field("limit")),
+      holders,
     };
   }
 
@@ -322,6 +399,52 @@ export class LockClient {
   }
 }
 
+/**
+ * A counting semaphore on one name (`LockClient.semaphore`): each `acquire`
+ * takes one permit, a `Lock` with its own fence, lease, watchdog and loss
+ * signal, released as any lock is.
+ *
+ * ```ts
+ * const pool = locks.semaphore("db:connections", 8);
+ * const permit = await pool.acquire({ ttl: 10_000, wait: 5_000 });
+ * try { await query(); } finally { await permit.release(); }
+ * ```
+ */
+export class Semaphore {
+  readonly #client: LockClient;
+  readonly #kind: HoldKind;
+  readonly name: string;
+
+  constructor(client: LockClient, name: string, kind: HoldKind) {
+    this.#client = client;
+    this.name = name;
+    this.#kind = kind;
+  }
+
+  /** How many permits the semaphore has. */
+  get limit(): number {
+    return this.#kind.kind === "permit" ? this.#kind.limit : 1;
+  }
+
+  /** Takes a permit, waiting up to `wait` ms in the server's queue. */
+  acquire(options?: LockOptions): Promise<Lock> {
+    return this.#client.hold(this.name, options, this.#kind);
+  }
+
+  /** One attempt, at once: `WouldBlockError` if every permit is held. */
+  tryAcquire(options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    return this.#client.hold(this.name, { ...options, wait: 0 }, this.#kind);
+  }
+
+  /** Runs `fn` holding a permit, as `LockClient.using` does with a lock. */
+  using<T>(
+    options: LockOptions | undefined,
+    fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
+  ): Promise<T> {
+    return usingLock(() => this.acquire(options), fn);
+  }
+}
+
 const ABORTED = Symbol("aborted");
 
 /** `work`'s result, or `ABORTED` as soon as `signal` aborts. */
@@ -336,6 +459,17 @@ async function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T | 
   } finally {
     signal.removeEventListener("abort", stop as () => void);
   }
+}
+
+function holderInfo(fields: Map<string, Reply> | null): HolderInfo {
+  const field = (n: string): Reply => fields?.get(n) ?? null;
+  return {
+    owner: String(field("owner")),
+    count: toCount(field("count")),
+    fence: toBigInt(field("fence")),
+    ttl: toCount(field("ttl")),
+    held: field("held") === null ? null : toCount(field("held")),
+  };
 }
 
 export function checkName(name: unknown): asserts name is string {

@@ -9,9 +9,12 @@ export function acquire(
   hold: HoldKind,
   waitMs?: number,
 ): string[] {
-  // Exclusive holds add no words; other kinds of hold will add theirs here.
-  void hold;
   const args = ["LOCK.ACQUIRE", key, owner, String(ttl)];
+  if (hold.kind === "shared") {
+    args.push("SHARED");
+  } else if (hold.kind === "permit") {
+    args.push("SHARED", "LIMIT", String(hold.limit));
+  }
   if (waitMs !== undefined) {
     args.push("WAIT", String(waitMs));
   }

@@ -6,7 +6,7 @@
  *
  * | file | what lives there |
  * |---|---|
- * | `client.ts` | `LockClient`: one server or a Redis Cluster |
+ * | `client.ts` | `LockClient`: one server or a Redis Cluster; read-write locks and `Semaphore` |
  * | `redlock.ts` | `Redlock`: N independent servers, majority, fence round |
  * | `lock.ts` | `Lock`, its lease deadline, loss signal and watchdog |
  * | `options.ts` | `LockOptions`, their checks, drift and renew timing |
@@ -15,7 +15,7 @@
  * | `node-redis.ts`, `ioredis.ts` | the adapters (their own entry points) |
  */
 
-export { LockClient, type LockInfo } from "./client.js";
+export { type HolderInfo, LockClient, type LockInfo, Semaphore } from "./client.js";
 export { Redlock, type RedlockOptions } from "./redlock.js";
 export { Lock } from "./lock.js";
 export { type LockOptions, drift } from "./options.js";

@@ -29,15 +29,31 @@ export interface LockOptions {
 }
 
 /**
- * What a lock call asks the server for. Only exclusive holds exist today;
- * shared holds (read-write locks, semaphores) and ephemeral ones will be
- * other kinds here, each adding its words to the acquire command.
+ * What a lock call asks the server for: the lock alone (a mutex, or a
+ * read-write lock's write side), a shared hold (the read side), or one of
+ * `limit` permits of a semaphore. Each kind adds its words to the acquire
+ * command.
  */
-export interface HoldKind {
-  readonly kind: "exclusive";
-}
+export type HoldKind =
+  | { readonly kind: "exclusive" }
+  | { readonly kind: "shared" }
+  | { readonly kind: "permit"; readonly limit: number };
 
 export const EXCLUSIVE: HoldKind = { kind: "exclusive" };
+export const SHARED: HoldKind = { kind: "shared" };
+
+/** The most permits a semaphore may have (the server's bound). */
+export const MAX_PERMITS = 1_000_000;
+
+/** A semaphore's permit kind, its limit checked. */
+export function permits(limit: unknown): HoldKind {
+  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_PERMITS) {
+    throw new InvalidOptionsError(
+      `a semaphore's limit must be a whole number from 1 to ${MAX_PERMITS}, not ${String(limit)}`,
+    );
+  }
+  return { kind: "permit", limit };
+}
 
 /** A lock call's options once checked: whole ms, defaults filled in. */
 export interface Checked {

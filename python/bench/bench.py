@@ -130,7 +130,7 @@ def start_server(binary, module):
             break
         except redis.ConnectionError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start")
+                raise RuntimeError("redis-server did not start") from None
             time.sleep(0.02)
     return proc, port, directory
 

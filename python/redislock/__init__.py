@@ -6,11 +6,23 @@ commands are the module's ``LOCK.*``: waiting happens in the server's FIFO
 queue instead of a sleep loop, each fresh acquisition carries a fence, the
 same token reenters, and a daemon thread can renew the lease.
 ``from redislock.asyncio import Lock`` is the twin for ``redis.asyncio``.
+
+``ReadWriteLock`` (``read_lock()``/``write_lock()``) and ``Semaphore``
+(whose ``acquire`` returns a ``Permit``) are shared holds on the same
+commands, in both packages.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._common import ModuleNotLoadedError
-from .lock import Lock
+from .lock import Lock, Permit, ReadWriteLock, Semaphore
 
-__all__ = ["Lock", "LockError", "LockNotOwnedError", "ModuleNotLoadedError"]
+__all__ = [
+    "Lock",
+    "LockError",
+    "LockNotOwnedError",
+    "ModuleNotLoadedError",
+    "Permit",
+    "ReadWriteLock",
+    "Semaphore",
+]

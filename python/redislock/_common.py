@@ -87,34 +87,73 @@ def read_timeout(connection: Any, wait: Optional[int]) -> Optional[float]:
     return (wait or 0) / 1000 + margin
 
 
-def acquire_args(name: Any, token: bytes, ttl_ms: int, wait: Optional[int]) -> tuple:
+def acquire_args(
+    name: Any, token: bytes, ttl_ms: int, wait: Optional[int], mode: tuple = ()
+) -> tuple:
+    """``mode``: () for an exclusive hold, ``("SHARED",)`` for a read hold,
+    ``("SHARED", "LIMIT", n)`` for one of ``n`` permits."""
+    args = ("LOCK.ACQUIRE", name, token, ttl_ms, *mode)
     if wait is None:
-        return ("LOCK.ACQUIRE", name, token, ttl_ms)
-    return ("LOCK.ACQUIRE", name, token, ttl_ms, "WAIT", wait)
+        return args
+    return (*args, "WAIT", wait)
+
+
+def shared_mode(limit: Optional[int] = None) -> tuple:
+    """The ``mode`` of ``acquire_args`` for a shared hold; ``limit`` checked
+    here (1..=1,000,000, as the server does) so a bad one fails before any I/O."""
+    if limit is None:
+        return ("SHARED",)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"a semaphore's limit is an integer from 1 to {MAX_LIMIT}, not {limit!r}")
+    return ("SHARED", "LIMIT", limit)
+
+
+# The largest LIMIT the server accepts.
+MAX_LIMIT = 1_000_000
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def parse_info(reply: Any) -> Optional[Dict[str, Any]]:
-    """``LOCK.INFO`` reply → {"owner", "count", "fence", "ttl", "waiters"},
-    or None for a free lock. RESP2 gives a flat field/value list, RESP3 a map;
-    field names are decoded, values are left as the client returned them."""
-    if reply is None:
-        return None
+def _fields(reply: Any) -> Dict[str, Any]:
     if isinstance(reply, dict):
         return {_text(k): v for k, v in reply.items()}
     items = list(reply)
     return {_text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
 
 
+def parse_info(reply: Any) -> Optional[Dict[str, Any]]:
+    """``LOCK.INFO`` reply → {"owner", "count", "fence", "ttl", "waiters", …},
+    or None for a free lock. RESP2 gives a flat field/value list, RESP3 a map;
+    field names are decoded, values are left as the client returned them.
+    ``holders``, where the server sends it, becomes a list of such dicts."""
+    if reply is None:
+        return None
+    info = _fields(reply)
+    if "holders" in info:
+        info["holders"] = [_fields(holder) for holder in info["holders"] or []]
+    return info
+
+
+def own_hold(
+    info: Optional[Dict[str, Any]], token: Optional[bytes], encode: Any
+) -> Optional[Dict[str, Any]]:
+    """The hold of ``token`` in ``info`` (from ``parse_info``, or
+    ``OTHER_VALUE``): its fields (``owner``, ``count``, ``fence``, ``ttl``),
+    or None. A shared lock has no single owner: its holds are listed in
+    ``holders``; ``encode`` turns a reply's owner into bytes."""
+    if token is None or info is None:
+        return None
+    for hold in info.get("holders") or [info]:
+        if hold.get("owner") is not None and encode(hold["owner"]) == token:
+            return hold
+    return None
+
+
 def owned_by(info: Optional[Dict[str, Any]], token: Optional[bytes], encode: Any) -> bool:
-    """Whether ``info`` (from ``parse_info``, or ``OTHER_VALUE``) shows a hold
-    of ``token``; ``encode`` turns the reply's owner into bytes."""
-    if token is None or info is None or info["owner"] is None:
-        return False
-    return encode(info["owner"]) == token
+    """Whether ``info`` shows a hold of ``token`` (see ``own_hold``)."""
+    return own_hold(info, token, encode) is not None
 
 
 # What a lock reads as when its key holds a value of another type: taken (as

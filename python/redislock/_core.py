@@ -39,6 +39,7 @@ from ._common import (
     hold_is_gone,
     is_wrongtype,
     needs_confirmation,
+    own_hold,
     owned_by,
     parse_info,
     seconds_to_ms,
@@ -251,6 +252,9 @@ class LockCore:
     their sync or async form."""
 
     no_timeout_lease: float = NO_TIMEOUT_LEASE
+    # What LOCK.ACQUIRE asks for after the lease: () exclusive, or a shared
+    # mode (``_common.shared_mode``) in read locks and semaphore permits.
+    _mode: tuple = ()
 
     # Set by each transport.
     _Event: Callable[[], Any]  # the type of ``lost``
@@ -435,7 +439,7 @@ class LockCore:
         nothing; any other failure (a timeout, a lost connection, Ctrl-C, a
         cancel) may have crossed a grant, so that is released before the
         failure goes on."""
-        args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait)
+        args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait, self._mode)
         try:
             return (yield from self._sending_acquire(args, wait))
         except (ResponseError, GeneratorExit):
@@ -540,10 +544,10 @@ class LockCore:
         if not replace_ttl:
             # The module renews to a ttl from now, so read what is left first.
             # RENEW checks ownership again: a lock lost in between is refused.
-            info = yield from self._reading_info()
-            if not owned_by(info, token, self._encode):
+            hold = own_hold((yield from self._reading_info()), token, self._encode)
+            if hold is None:
                 raise self._error(LockNotOwnedError, "Cannot extend a lock that's no longer owned")
-            ttl_ms += int(info["ttl"])
+            ttl_ms += int(hold["ttl"])
         ttl_ms = max(1, ttl_ms)
         yield from self._renewing_or_raise(token, ttl_ms, "extend")
         if renewer is not None:

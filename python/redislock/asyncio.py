@@ -24,6 +24,7 @@ from redis.exceptions import LockError, ResponseError, TimeoutError
 
 from ._common import read_timeout
 from ._core import Acquire, Call, Cleanup, LockCore, RefreshSlots, Renewal, Run, Sleep, Steps
+from ._shared import ReadWriteLockBase, SemaphoreBase
 
 logger = logging.getLogger(__name__)
 
@@ -232,3 +233,37 @@ class Lock(LockCore):
     def reacquire(self) -> Awaitable[Literal[True]]:
         token = self._renewable("reacquire")
         return self._paused(partial(self._reacquiring, token))
+
+
+# ---------------------------------------------------------------------------
+# Shared holds
+# ---------------------------------------------------------------------------
+
+
+class ReadWriteLock(ReadWriteLockBase):
+    __doc__ = ReadWriteLockBase.__doc__
+    _Lock = Lock
+
+
+class Permit(Lock):
+    """One permit of a ``Semaphore`` (as ``redislock.Permit``), released when
+    its ``async with`` block ends."""
+
+    async def __aenter__(self) -> "Permit":
+        if self.token is not None or await self.acquire():
+            return self
+        raise self._not_acquired()
+
+
+class Semaphore(SemaphoreBase):
+    __doc__ = SemaphoreBase.__doc__
+    _Lock = Permit
+
+    async def acquire(
+        self, blocking: Optional[bool] = None, blocking_timeout: Optional[float] = None
+    ) -> Optional[Permit]:
+        """As ``redislock.Semaphore.acquire``; cancelled, it leaves no permit
+        behind."""
+        permit = self._permit()
+        acquired = await permit.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
+        return permit if acquired else None

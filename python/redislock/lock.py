@@ -17,6 +17,7 @@ from redis.exceptions import LockError, ResponseError
 
 from ._common import read_timeout
 from ._core import Acquire, Call, Cleanup, LockCore, RefreshSlots, Renewal, Run, Sleep, Steps
+from ._shared import ReadWriteLockBase, SemaphoreBase
 
 logger = logging.getLogger(__name__)
 
@@ -219,3 +220,39 @@ class Lock(LockCore):
         """Reset the lease to ``timeout`` from now."""
         token = self._renewable("reacquire")
         return self._paused(partial(self._reacquiring, token))
+
+
+# ---------------------------------------------------------------------------
+# Shared holds
+# ---------------------------------------------------------------------------
+
+
+class ReadWriteLock(ReadWriteLockBase):
+    __doc__ = ReadWriteLockBase.__doc__
+    _Lock = Lock
+
+
+class Permit(Lock):
+    """One permit of a ``Semaphore``: a ``Lock`` already held (``fence``,
+    ``release``, ``extend``, ``lost``), released when its ``with`` block
+    ends."""
+
+    def __enter__(self) -> "Permit":
+        if self.token is not None or self.acquire():
+            return self
+        raise self._not_acquired()
+
+
+class Semaphore(SemaphoreBase):
+    __doc__ = SemaphoreBase.__doc__
+    _Lock = Permit
+
+    def acquire(
+        self, blocking: Optional[bool] = None, blocking_timeout: Optional[float] = None
+    ) -> Optional[Permit]:
+        """A permit (use it in a ``with`` block, or ``release`` it), or None
+        if none came within the time allowed; the defaults are the
+        semaphore's."""
+        permit = self._permit()
+        acquired = permit.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
+        return permit if acquired else None

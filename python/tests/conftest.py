@@ -90,7 +90,7 @@ class Server:
         self.module = module
         self.cluster = cluster
         self.proc: Optional[subprocess.Popen] = None
-        for attempt in range(3):  # a port taken between the check and the bind
+        for _attempt in range(3):  # a port taken between the check and the bind
             self.port = free_port(cluster)
             if self._start():
                 return
@@ -203,6 +203,8 @@ class SyncAPI:
 
     name = "sync"
     Lock = redislock.Lock
+    ReadWriteLock = redislock.ReadWriteLock
+    Semaphore = redislock.Semaphore
     RedisPyLock = redis.lock.Lock
 
     def __init__(self, server: "Server"):
@@ -264,6 +266,8 @@ class AsyncAPI(SyncAPI):
 
     name = "asyncio"
     Lock = redislock.asyncio.Lock
+    ReadWriteLock = redislock.asyncio.ReadWriteLock
+    Semaphore = redislock.asyncio.Semaphore
     RedisPyLock = redis.asyncio.lock.Lock
 
     def __init__(self, server: "Server"):
@@ -442,7 +446,8 @@ def cluster():
             for n in nodes:
                 c = n.client()
                 info = c.cluster("info")
-                if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) != 3:
+                known = int(info.get("cluster_known_nodes", 0))
+                if info.get("cluster_state") != "ok" or known != 3:
                     return False
             return True
 

@@ -3,9 +3,8 @@
 client must send each one to the node that owns the key's slot. Checked by
 the command counts of every node: the owner ran them, the other two ran none."""
 
-from redislock._common import parse_info
-
 from conftest import commandstat
+from redislock._common import parse_info
 
 COMMANDS = ("lock.acquire", "lock.release", "lock.renew", "lock.info")
 
@@ -48,7 +47,9 @@ def test_commands_go_to_the_node_owning_the_key(api, cluster):
         waiter = api.Lock(rc, key, timeout=10, thread_local=False)
         worker = api.spawn(waiter.acquire)  # ACQUIRE ... WAIT 0
         owner = next(n for n in cluster if n.port == port).client()
-        api.wait_until(lambda: owner.info("lock")["lock_waiting"] == 1, what="waiting")
+        api.wait_until(
+            lambda owner=owner: owner.info("lock")["lock_waiting"] == 1, what="waiting"
+        )
         assert api.run(holder.locked()) and api.run(holder.owned())  # INFO x2
         api.run(holder.extend(1))  # INFO + RENEW
         held = holder.fence

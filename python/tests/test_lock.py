@@ -7,10 +7,8 @@ import time
 import pytest
 import redis
 
-from redislock import LockError, LockNotOwnedError, ModuleNotLoadedError
-
 from conftest import commandstat, lock_info
-
+from redislock import LockError, LockNotOwnedError, ModuleNotLoadedError
 
 # -- fences ------------------------------------------------------------------
 

@@ -8,9 +8,8 @@ fixed span of several renewal periods."""
 
 import time
 
-from redislock import LockNotOwnedError
-
 from conftest import commandstat, lock_info
+from redislock import LockNotOwnedError
 
 LEASE = 0.6  # seconds: a renewal every 0.2 s (margin for a loaded machine)
 

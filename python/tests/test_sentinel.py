@@ -11,9 +11,8 @@ import pytest
 import redis
 from redis.sentinel import Sentinel
 
-from redislock import Lock
-
 from conftest import Server, free_port, lock_info, wait_until
+from redislock import Lock
 
 
 class SentinelProcess:
