@@ -170,13 +170,22 @@ impl Client {
     async fn try_hold(&self, key: &str, opts: &LockOptions, share: Share) -> Result<Guard, Error> {
         let ttl_ms = opts.ttl_ms()?;
         let owner = self.inner.owners.next();
+        let command = conn::acquire(key, &owner, ttl_ms, share, opts.is_ephemeral(), None);
+        if opts.is_ephemeral() {
+            // The hold is bound to the connection it is granted on: one of
+            // its own, kept for the hold's life.
+            let (mut link, closed) = self.inner.server.conn.bound(None).await?;
+            let sent = Instant::now();
+            let fence: Option<u64> = link.query(&command).await.map_err(Error::from_redis)?;
+            let Some(fence) = fence else {
+                return Err(Error::WouldBlock);
+            };
+            let mut guard = self.guard(key, owner, fence, opts, ttl_ms, deadline(sent, opts.ttl()));
+            guard.bind(link, closed);
+            return Ok(guard);
+        }
         let sent = Instant::now();
-        let fence: Option<u64> = self
-            .inner
-            .server
-            .conn
-            .query(&conn::acquire(key, &owner, ttl_ms, share, None))
-            .await?;
+        let fence: Option<u64> = self.inner.server.conn.query(&command).await?;
         match fence {
             Some(fence) => {
                 let deadline = deadline(sent, opts.ttl());
@@ -192,16 +201,28 @@ impl Client {
         let wait_ms = opts.wait_ms()?;
         let owner = self.inner.owners.next();
         let limit = opts.wait_limit().map(|wait| wait + WAIT_MARGIN);
-        let mut link = self.inner.server.conn.dedicated(limit).await?;
+        let (mut link, closed) = if opts.is_ephemeral() {
+            let (link, closed) = self.inner.server.conn.bound(limit).await?;
+            (link, Some(closed))
+        } else {
+            (self.inner.server.conn.dedicated(limit).await?, None)
+        };
         // Armed until a guard holds the lock: dropping this future, giving
         // up on the server's answer, or failing to confirm a grant releases
         // what may have been granted.
         let mut pending = Pending::new(self.context(), key, &owner);
         let sent = Instant::now();
-        let reply = link
-            .query::<Option<u64>>(&conn::acquire(key, &owner, ttl_ms, share, Some(wait_ms)))
-            .await;
-        drop(link);
+        let command = conn::acquire(
+            key,
+            &owner,
+            ttl_ms,
+            share,
+            opts.is_ephemeral(),
+            Some(wait_ms),
+        );
+        let reply = link.query::<Option<u64>>(&command).await;
+        // A wait's link is done; an ephemeral hold's is kept for the hold.
+        let bound = closed.map(|closed| (link, closed));
         let fence = match reply {
             Ok(Some(fence)) => fence,
             Ok(None) => {
@@ -227,7 +248,11 @@ impl Client {
             deadline(sent, opts.ttl())
         };
         pending.disarm();
-        Ok(self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline))
+        let mut guard = self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline);
+        if let Some((link, closed)) = bound {
+            guard.bind(link, closed);
+        }
+        Ok(guard)
     }
 
     /// Runs `f` under the lock (taken with [`Client::lock`]) and releases it

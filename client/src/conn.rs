@@ -8,7 +8,11 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo, PushInfo,
+    PushKind,
+};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Mutex;
 
 use crate::error::Error;
@@ -153,6 +157,37 @@ impl Conn {
         self.open(response_timeout).await
     }
 
+    /// A link of its own to the one server, for an ephemeral hold: the
+    /// server ends the hold when this connection closes, so it stays open
+    /// as long as the hold, and [`Closed`] says when it closed. It speaks
+    /// RESP3, whose client reports the close. Sentinel and cluster clients
+    /// reconnect on their own, so they are refused.
+    pub(crate) async fn bound(
+        &self,
+        response_timeout: Option<Duration>,
+    ) -> Result<(Link, Closed), Error> {
+        let Target::Single(client) = &self.target else {
+            return Err(Error::InvalidOptions(
+                "ephemeral holds need a client of one server, not Sentinel or a cluster",
+            ));
+        };
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
+        let (tx, rx) = unbounded_channel();
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(response_timeout)
+            .set_push_sender(tx);
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok((Link::Single(conn), Closed(rx)))
+    }
+
     async fn open(&self, response_timeout: Option<Duration>) -> Result<Link, Error> {
         match &self.target {
             Target::Single(client) => Ok(Link::Single(
@@ -226,6 +261,20 @@ impl Conn {
     }
 }
 
+/// Tells when a [`Conn::bound`] link's connection closed.
+pub(crate) struct Closed(UnboundedReceiver<PushInfo>);
+
+impl Closed {
+    /// Completes once the connection has closed.
+    pub(crate) async fn wait(&mut self) {
+        while let Some(push) = self.0.recv().await {
+            if push.kind == PushKind::Disconnection {
+                return;
+            }
+        }
+    }
+}
+
 /// What a lock call asks for: the lock alone, or a share of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Share {
@@ -243,6 +292,7 @@ pub(crate) fn acquire(
     owner: &str,
     ttl_ms: u64,
     share: Share,
+    ephemeral: bool,
     wait_ms: Option<u64>,
 ) -> Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
@@ -255,6 +305,9 @@ pub(crate) fn acquire(
         Share::Permit(limit) => {
             cmd.arg("SHARED").arg("LIMIT").arg(limit);
         }
+    }
+    if ephemeral {
+        cmd.arg("EPHEMERAL");
     }
     if let Some(wait) = wait_ms {
         cmd.arg("WAIT").arg(wait);

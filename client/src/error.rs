@@ -47,6 +47,8 @@ pub enum LossReason {
     /// The local lease deadline passed without a renew confirming the lock
     /// (server unreachable or paused, or the watchdog is off).
     Expired,
+    /// An ephemeral hold's own connection closed: the server ended the hold.
+    Disconnected,
 }
 
 impl Error {
@@ -80,6 +82,12 @@ impl fmt::Display for Error {
             }
             Error::Lost(LossReason::Expired) => {
                 write!(f, "the lock was lost: its lease ran out before a renew")
+            }
+            Error::Lost(LossReason::Disconnected) => {
+                write!(
+                    f,
+                    "the lock was lost: its ephemeral hold's connection closed"
+                )
             }
             Error::NoQuorum { granted, needed } => write!(
                 f,

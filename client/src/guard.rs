@@ -16,6 +16,7 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::conn::{Closed, Link};
 use crate::error::{Error, LossReason};
 use crate::options::{deadline, renew_period, retry_period};
 
@@ -181,6 +182,10 @@ pub struct Guard {
     lease: Arc<Lease>,
     watchdog: Option<Watchdog>,
     auto_renew: bool,
+    /// An ephemeral hold's connection, kept open by this task, which fires
+    /// the loss signal if it closes; stopped (and the connection closed)
+    /// once the hold is released.
+    binding: Option<Watchdog>,
 }
 
 /// A running watchdog: its stop switch and its task.
@@ -228,9 +233,35 @@ impl Guard {
             lease: Arc::new(Lease::new(deadline)),
             watchdog: None,
             auto_renew,
+            binding: None,
         };
         guard.start_watchdog();
         guard
+    }
+
+    /// Keeps an ephemeral hold's connection open for the hold's life; the
+    /// server ends the hold when it closes, and so the loss fires then.
+    pub(crate) fn bind(&mut self, link: Link, mut closed: Closed) {
+        let stop = CancellationToken::new();
+        let lease = self.lease.clone();
+        let quit = stop.clone();
+        let job = async move {
+            tokio::select! {
+                biased;
+                () = quit.cancelled() => {}
+                () = closed.wait() => lease.lose(LossReason::Disconnected),
+            }
+            drop(link);
+        };
+        let task = self.ctx.tasks.spawn_on(job, &self.ctx.runtime);
+        self.binding = Some(Watchdog { stop, task });
+    }
+
+    /// Closes an ephemeral hold's connection, once the hold is released.
+    fn unbind(&mut self) {
+        if let Some(binding) = self.binding.take() {
+            binding.stop.cancel();
+        }
     }
 
     /// The lock's key.
@@ -323,6 +354,9 @@ impl Guard {
             .backend
             .release(&self.key, &self.owner, false)
             .await;
+        if !matches!(reply, Ok(left) if left > 0) {
+            self.unbind();
+        }
         match reply {
             Ok(left) => {
                 self.count = left;
@@ -348,11 +382,14 @@ impl Guard {
         self.held()?;
         self.stop_watchdog().await;
         self.count = 0;
-        self.ctx
+        let released = self
+            .ctx
             .backend
             .release(&self.key, &self.owner, true)
             .await
-            .map(|_| ())
+            .map(|_| ());
+        self.unbind();
+        released
     }
 
     fn held(&self) -> Result<(), Error> {
@@ -406,6 +443,7 @@ impl Drop for Guard {
         if let Some(dog) = &dog {
             dog.stop.cancel();
         }
+        let binding = self.binding.take();
         if self.count == 0 {
             return;
         }
@@ -416,8 +454,12 @@ impl Drop for Guard {
             if let Some(dog) = dog {
                 let _ = dog.task.await;
             }
-            // Best effort: if it fails, the lease ends by itself.
+            // Best effort: if it fails, the lease ends by itself (and an
+            // ephemeral hold with its connection, closed just after).
             let _ = backend.release(&key, &owner, true).await;
+            if let Some(binding) = binding {
+                binding.stop.cancel();
+            }
         };
         self.ctx.tasks.spawn_on(job, &self.ctx.runtime);
     }

@@ -18,6 +18,7 @@ pub struct LockOptions {
     ttl: Duration,
     wait: Option<Duration>,
     watchdog: bool,
+    ephemeral: bool,
 }
 
 impl Default for LockOptions {
@@ -35,6 +36,7 @@ impl LockOptions {
             ttl,
             wait: Some(Duration::from_secs(30)),
             watchdog: true,
+            ephemeral: false,
         }
     }
 
@@ -56,6 +58,22 @@ impl LockOptions {
     pub fn watchdog(mut self, on: bool) -> LockOptions {
         self.watchdog = on;
         self
+    }
+
+    /// An ephemeral hold (`EPHEMERAL`): bound to a connection of its own,
+    /// kept open for the hold's life, the server ends the hold the moment
+    /// that connection closes (a crashed process frees the lock at once,
+    /// not at its lease end), and the guard's loss signal fires
+    /// ([`crate::LossReason::Disconnected`]). The lease still applies. One
+    /// server only (not Sentinel or a cluster, whose clients reconnect on
+    /// their own): elsewhere the lock call is refused.
+    pub fn ephemeral(mut self, on: bool) -> LockOptions {
+        self.ephemeral = on;
+        self
+    }
+
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral
     }
 
     pub fn ttl(&self) -> Duration {

@@ -289,7 +289,14 @@ impl Servers {
         // Measured from the send: a server may have granted right then.
         let valid_until = deadline(start, ttl);
         let replies = self
-            .everywhere::<Option<u64>>(&conn::acquire(key, owner, ttl_ms, Share::Exclusive, None))
+            .everywhere::<Option<u64>>(&conn::acquire(
+                key,
+                owner,
+                ttl_ms,
+                Share::Exclusive,
+                false,
+                None,
+            ))
             .await;
         if let Some(Err(Error::ModuleMissing)) = replies.iter().find(|r| r.is_err()) {
             return Err(Error::ModuleMissing);

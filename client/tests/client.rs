@@ -7,6 +7,9 @@
 /// routed by key.
 #[path = "client/cluster.rs"]
 mod cluster;
+/// Ephemeral holds: a connection of their own, kept for the hold's life.
+#[path = "client/ephemeral.rs"]
+mod ephemeral;
 /// The examples in `examples/`, run as processes.
 #[path = "client/examples.rs"]
 mod examples;

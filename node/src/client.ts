@@ -157,6 +157,10 @@ export class LockClient {
   async hold(name: string, options?: LockOptions, kind?: HoldKind): Promise<Lock> {
     checkName(name);
     const opts = check(options, kind);
+    if (opts.ephemeral) {
+      // Bound to the connection it is granted on: one of its own, kept.
+      return this.#wait(name, opts);
+    }
     if (opts.wait === 0) {
       return this.#tryOnce(name, opts);
     }
@@ -295,9 +299,15 @@ export class LockClient {
             link.close();
             throw new LockAbortedError();
           }
-          // A redirected wait asks the new node for what is left of the wait.
-          const left = waitEnd === null ? 0 : Math.max(1, Math.ceil(waitEnd - performance.now()));
-          const args = cmd.acquire(name, owner, opts.ttl, opts.hold, left);
+          // A redirected wait asks the new node for what is left of the wait
+          // (an ephemeral attempt with no wait sends no WAIT at all).
+          const left =
+            opts.wait === 0
+              ? undefined
+              : waitEnd === null
+                ? 0
+                : Math.max(1, Math.ceil(waitEnd - performance.now()));
+          const args = cmd.acquire(name, owner, opts.ttl, opts.hold, left, opts.ephemeral);
           try {
             return ask ? await link.callAfter(["ASKING"], args) : await link.call(args);
           } catch (err) {
@@ -329,9 +339,13 @@ export class LockClient {
       clearTimeout(timer);
     }
     const used = link as Link | null;
+    const bound = opts.ephemeral && outcome.kind === "reply" && outcome.reply !== null;
     if (outcome.kind === "reply") {
-      // Answered, nothing pending on it: it can serve the next wait.
-      used?.recycle();
+      // Answered, nothing pending on it: it can serve the next wait (unless
+      // an ephemeral hold was granted on it: then it lives as long as the hold).
+      if (!bound) {
+        used?.recycle();
+      }
     } else {
       // Closing it is what takes a parked waiter out of the server's queue.
       used?.close();
@@ -357,7 +371,7 @@ export class LockClient {
         break;
     }
     if (outcome.reply === null) {
-      throw new LockTimeoutError();
+      throw opts.wait === 0 ? new WouldBlockError() : new LockTimeoutError();
     }
     const fence = toBigInt(outcome.reply);
     let until: number;
@@ -372,17 +386,21 @@ export class LockClient {
         if (!(err instanceof LockNotHeldError)) {
           this.#releaseLater(name, owner);
         }
+        if (bound) {
+          used?.close();
+        }
         throw err;
       }
       until = deadline(renewed, opts.ttl);
     } else {
       until = deadline(sent, opts.ttl);
     }
-    return this.#start(name, owner, fence, opts, until);
+    return this.#start(name, owner, fence, opts, until, bound ? (used ?? undefined) : undefined);
   }
 
-  #start(name: string, owner: string, fence: bigint, opts: Checked, until: number): Lock {
+  #start(name: string, owner: string, fence: bigint, opts: Checked, until: number, bound?: Link): Lock {
     return new Lock({
+      bound,
       backend: this.#backend,
       key: name,
       owner,

@@ -8,12 +8,16 @@ export function acquire(
   ttl: number,
   hold: HoldKind,
   waitMs?: number,
+  ephemeral = false,
 ): string[] {
   const args = ["LOCK.ACQUIRE", key, owner, String(ttl)];
   if (hold.kind === "shared") {
     args.push("SHARED");
   } else if (hold.kind === "permit") {
     args.push("SHARED", "LIMIT", String(hold.limit));
+  }
+  if (ephemeral) {
+    args.push("EPHEMERAL");
   }
   if (waitMs !== undefined) {
     args.push("WAIT", String(waitMs));

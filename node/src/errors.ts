@@ -28,7 +28,9 @@ export type LossReason =
   /** A renew was answered `-NOTOWNER` (Redlock: by so many servers that no majority can confirm it). */
   | "notowner"
   /** The local lease deadline passed without a renew confirming the lock. */
-  | "expired";
+  | "expired"
+  /** An ephemeral hold's own connection closed: the server ended the hold. */
+  | "disconnected";
 
 /**
  * The lock was lost while held: `lock.lost` is aborted with it, and `using()`
@@ -40,7 +42,9 @@ export class LockLostError extends LockError {
     super(
       reason === "notowner"
         ? "the lock was lost: the server no longer lists this owner"
-        : "the lock was lost: its lease ran out before a renew confirmed it",
+        : reason === "disconnected"
+          ? "the lock was lost: its ephemeral hold's connection closed"
+          : "the lock was lost: its lease ran out before a renew confirmed it",
       options,
     );
     this.reason = reason;

@@ -22,7 +22,7 @@ interface IoredisLike {
   disconnect(): void;
   readonly status: string;
   readonly stream?: { ref(): void; unref(): void } | undefined;
-  on(event: "error" | "connect", listener: (err: unknown) => void): unknown;
+  on(event: "error" | "connect" | "end", listener: (err: unknown) => void): unknown;
 }
 
 /** What the adapter uses of an ioredis cluster. */
@@ -225,6 +225,7 @@ function openLink(base: IoredisLike, where?: { host: string; port: number }): Ra
       return send(own, args);
     },
     destroy: () => own.disconnect(),
+    onEnd: (listener) => void own.on("end", listener),
     alive: () => own.status === "ready" || own.status === "connect" || own.status === "connecting",
     hold: (on) => {
       held = on;

@@ -7,6 +7,7 @@
 
 import { LockLostError, LockNotHeldError, type LossReason } from "./errors.js";
 import { deadline, renewPeriod, retryPeriod } from "./options.js";
+import type { Link } from "./transport.js";
 
 /** What a lock needs from where it lives. */
 export interface Backend {
@@ -28,6 +29,8 @@ export interface Grant {
   /** Until when the lease is surely valid (`performance.now()` ms). */
   deadline: number;
   watchdog: boolean;
+  /** An ephemeral hold's own connection, kept open until the release. */
+  bound?: Link;
 }
 
 /**
@@ -58,6 +61,7 @@ export class Lock {
   #count = 1;
   #watchdog: Watchdog | null = null;
   readonly #autoRenew: boolean;
+  #bound: Link | undefined;
 
   /** @internal Built by `LockClient` and `Redlock`. */
   constructor(grant: Grant) {
@@ -68,6 +72,9 @@ export class Lock {
     this.#backend = grant.backend;
     this.#deadline = grant.deadline;
     this.#autoRenew = grant.watchdog;
+    this.#bound = grant.bound;
+    // The server ends an ephemeral hold when its connection closes.
+    this.#bound?.onClose(() => this.lose("disconnected"));
     this.#startWatchdog();
   }
 
@@ -140,6 +147,9 @@ export class Lock {
     try {
       const left = await this.#backend.release(this.name, this.owner, false);
       this.#count = left;
+      if (left === 0) {
+        this.#unbind();
+      }
       if (left > 0 && this.#watchdog === null) {
         this.#startWatchdog();
       }
@@ -149,6 +159,7 @@ export class Lock {
       // itself; either way we stop renewing it.
       await this.#stopWatchdog();
       this.#count = 0;
+      this.#unbind();
       throw err;
     }
   }
@@ -158,7 +169,17 @@ export class Lock {
     this.#held();
     await this.#stopWatchdog();
     this.#count = 0;
-    await this.#backend.release(this.name, this.owner, true);
+    try {
+      await this.#backend.release(this.name, this.owner, true);
+    } finally {
+      this.#unbind();
+    }
+  }
+
+  /** Closes an ephemeral hold's own connection, once the hold is released. */
+  #unbind(): void {
+    this.#bound?.close();
+    this.#bound = undefined;
   }
 
   /** @internal A renew sent at `sent` succeeded. */

@@ -29,7 +29,7 @@ interface NodeRedisClientLike {
   ref(): void;
   unref(): void;
   readonly isReady: boolean;
-  on(event: "error", listener: (err: unknown) => void): unknown;
+  on(event: "error" | "end", listener: (err: unknown) => void): unknown;
   readonly options?: { socket?: { host?: string; port?: number } } | undefined;
 }
 
@@ -122,5 +122,15 @@ async function openLink(base: NodeRedisClientLike, where?: { host: string; port:
     destroy: () => own.destroy(),
     alive: () => own.isReady,
     hold: (on) => (on ? own.ref() : own.unref()),
+    // With no reconnect, a dropped socket surfaces as an error, not always
+    // as "end"; either means the connection is gone.
+    onEnd: (listener) => {
+      own.on("end", listener);
+      own.on("error", () => {
+        if (!own.isReady) {
+          listener();
+        }
+      });
+    },
   };
 }

@@ -26,6 +26,13 @@ export interface LockOptions {
   watchdog?: boolean;
   /** Aborts a wait: the waiter leaves the queue and nothing stays held. */
   signal?: AbortSignal;
+  /**
+   * An ephemeral hold (default false): taken on a connection of its own,
+   * kept open for the hold's life; the server ends the hold the moment that
+   * connection closes (a crashed process frees the lock at once, not at
+   * its lease end), and `lost` fires with reason `"disconnected"`.
+   */
+  ephemeral?: boolean;
 }
 
 /**
@@ -63,9 +70,10 @@ export interface Checked {
   readonly watchdog: boolean;
   readonly signal: AbortSignal | undefined;
   readonly hold: HoldKind;
+  readonly ephemeral: boolean;
 }
 
-const KNOWN = new Set(["ttl", "wait", "watchdog", "signal"]);
+const KNOWN = new Set(["ttl", "wait", "watchdog", "signal", "ephemeral"]);
 
 /** Checks `opts`; throws `InvalidOptionsError` naming the first bad field. */
 export function check(opts: LockOptions | undefined, hold: HoldKind = EXCLUSIVE): Checked {
@@ -107,7 +115,11 @@ export function check(opts: LockOptions | undefined, hold: HoldKind = EXCLUSIVE)
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new InvalidOptionsError("signal must be an AbortSignal");
   }
-  return { ttl, wait: wait === Infinity ? null : wait, watchdog, signal, hold };
+  const ephemeral = opts.ephemeral ?? false;
+  if (typeof ephemeral !== "boolean") {
+    throw new InvalidOptionsError(`ephemeral must be true or false, not ${String(ephemeral)}`);
+  }
+  return { ttl, wait: wait === Infinity ? null : wait, watchdog, signal, hold, ephemeral };
 }
 
 /**

@@ -22,6 +22,8 @@ export interface Link {
   callAfter(first: readonly string[], args: readonly string[]): Promise<Reply>;
   /** Closes the connection now, without waiting for pending replies. */
   close(): void;
+  /** Calls `listener` once if the connection closes other than by `close()`. */
+  onClose(listener: () => void): void;
   /**
    * The last command has its reply and nothing is pending: the link may
    * serve another wait (kept idle, not keeping the process alive).
@@ -38,6 +40,8 @@ export interface RawLink {
   alive(): boolean;
   /** Whether the connection keeps the process alive: while a wait runs, yes; idle, no. */
   hold(on: boolean): void;
+  /** Calls `listener` when the connection has closed, for whatever reason. */
+  onEnd(listener: () => void): void;
 }
 
 /** Idle links kept per node. */
@@ -77,6 +81,15 @@ export class LinkPool {
           done = true;
           raw.destroy();
         }
+      },
+      onClose: (listener) => {
+        let called = false;
+        raw.onEnd(() => {
+          if (!done && !called) {
+            called = true;
+            listener();
+          }
+        });
       },
       recycle: () => {
         if (done) {

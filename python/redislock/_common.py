@@ -88,11 +88,18 @@ def read_timeout(connection: Any, wait: Optional[int]) -> Optional[float]:
 
 
 def acquire_args(
-    name: Any, token: bytes, ttl_ms: int, wait: Optional[int], mode: tuple = ()
+    name: Any,
+    token: bytes,
+    ttl_ms: int,
+    wait: Optional[int],
+    mode: tuple = (),
+    ephemeral: bool = False,
 ) -> tuple:
     """``mode``: () for an exclusive hold, ``("SHARED",)`` for a read hold,
     ``("SHARED", "LIMIT", n)`` for one of ``n`` permits."""
     args = ("LOCK.ACQUIRE", name, token, ttl_ms, *mode)
+    if ephemeral:
+        args = (*args, "EPHEMERAL")
     if wait is None:
         return args
     return (*args, "WAIT", wait)

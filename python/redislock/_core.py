@@ -80,6 +80,23 @@ class Acquire(NamedTuple):
     wait: Optional[int]
     node: Any = None
     asking: bool = False
+    # An ephemeral hold: the reply comes back as (reply, binding), and a
+    # granted hold's connection stays out of the pool (see ``CallOn``).
+    keep: bool = False
+
+
+class CallOn(NamedTuple):
+    """Send a command on an ephemeral hold's own connection (``binding``,
+    from an ``Acquire`` with ``keep``); a closed connection raises."""
+
+    binding: Any
+    args: tuple
+
+
+class Unbind(NamedTuple):
+    """Close an ephemeral hold's own connection and give it back to its pool."""
+
+    binding: Any
 
 
 class RefreshSlots(NamedTuple):
@@ -153,6 +170,9 @@ class Renewal:
         self.lease = lease
         self.interval = lease / 3
         self.command = ("LOCK.RENEW", lock.name, token, seconds_to_ms(lease))
+        # An ephemeral hold's own connection, renewed on (read here, in the
+        # thread that holds: the lock's state is per thread).
+        self.binding = lock._binding()
         self.stopped = False
         self.deadline = start + lease
         with self.state:
@@ -202,8 +222,18 @@ class Renewal:
         if self.deadline - sent > self.lease:
             return self.interval
         log = self.lock._log
+        binding = self.binding
         try:
-            yield from self.lock._call(*self.command)
+            if binding is None:
+                yield from self.lock._call(*self.command)
+            else:
+                # Renewed on the hold's own connection: if it closed, the
+                # server has ended the hold already.
+                try:
+                    yield CallOn(binding, self.command)
+                except (ConnectionError, TimeoutError, OSError):
+                    self._lose("the ephemeral hold's connection closed")
+                    return None
         except ResponseError as e:
             if hold_is_gone(e):
                 self._lose(f"the server refused a renewal ({str(e).split()[0]})")
@@ -277,6 +307,7 @@ class LockCore:
         *,
         auto_renewal: Optional[bool] = None,
         on_lost: Optional[Callable[[Any], Any]] = None,
+        ephemeral: bool = False,
     ):
         self.redis = redis
         self.name = name
@@ -289,6 +320,9 @@ class LockCore:
         # None: renew exactly when redis-py would never expire the lock.
         self.auto_renewal = (not timeout) if auto_renewal is None else bool(auto_renewal)
         self.on_lost = on_lost
+        # The hold lives on a connection of its own, kept until the release;
+        # the server ends it when that connection closes.
+        self.ephemeral = bool(ephemeral)
         self.lost = self._Event()
         # Per thread (as in redis-py): token, fence and renewer of this hold.
         self.local = threading.local() if self.thread_local else SimpleNamespace()
@@ -340,13 +374,22 @@ class LockCore:
             self._Renewer(self, token, self.lease, start) if self.auto_renewal else None
         )
 
-    def _forget(self) -> None:
+    def _binding(self) -> Any:
+        """This thread's ephemeral hold's own connection, if any."""
+        return getattr(self.local, "binding", None) if self.token is not None else None
+
+    def _forget(self) -> Steps:
+        """Forget this thread's hold (and close its own connection)."""
         renewer = self._renewer()
         if renewer is not None:
             renewer.stop()
+        binding = self._binding()
         self.local.renewer = None
         self.local.token = None
         self.local.fence = None
+        self.local.binding = None
+        if binding is not None:
+            yield Unbind(binding)
 
     # -- checks of local state, before any I/O ----------------------------------
 
@@ -422,15 +465,29 @@ class LockCore:
                     return False
                 yield Sleep(sleep)
                 continue
+            binding = None
+            if self.ephemeral:
+                fence, binding = fence
             if fence is None:
                 return False
             if self.token != token and needs_confirmation(time.monotonic() - sent, self.lease):
                 sent = time.monotonic()
                 if not (yield from self._confirming(token)):
+                    if binding is not None:
+                        yield Unbind(binding)
                     # Granted, but over before we knew: queue again if time is left.
                     if budget.again(time.monotonic()):
                         continue
                     return False
+            if binding is not None and self.token == token:
+                # A reentry binds nothing new: the hold keeps its connection.
+                yield Unbind(binding)
+                binding = None
+            if self.token != token:
+                forgotten = self._binding()  # a hold this thread forgot about
+                self.local.binding = binding
+                if forgotten is not None:
+                    yield Unbind(forgotten)
             self._held(token, int(fence), sent)
             return True
 
@@ -439,7 +496,9 @@ class LockCore:
         nothing; any other failure (a timeout, a lost connection, Ctrl-C, a
         cancel) may have crossed a grant, so that is released before the
         failure goes on."""
-        args = acquire_args(self.name, token, seconds_to_ms(self.lease), wait, self._mode)
+        args = acquire_args(
+            self.name, token, seconds_to_ms(self.lease), wait, self._mode, self.ephemeral
+        )
         try:
             return (yield from self._sending_acquire(args, wait))
         except (ResponseError, GeneratorExit):
@@ -451,7 +510,7 @@ class LockCore:
     def _sending_acquire(self, args: tuple, wait: Optional[int]) -> Steps:
         client = self.redis
         if not hasattr(client, "nodes_manager"):
-            return (yield Acquire(args, wait))
+            return (yield Acquire(args, wait, keep=self.ephemeral))
         # A cluster: go to the node that owns the key's slot; follow a MOVED
         # (slots changed: refresh the map) or an ASK (slot being migrated: the
         # lock already lives on the target, which serves the wait) a few times.
@@ -459,7 +518,9 @@ class LockCore:
         for _ in range(5):
             node = target or client.get_node_from_key(self.name)
             try:
-                return (yield Acquire(args, wait, node, asking=target is not None))
+                return (
+                    yield Acquire(args, wait, node, asking=target is not None, keep=self.ephemeral)
+                )
             except MovedError:
                 yield RefreshSlots()
                 target = None
@@ -525,12 +586,12 @@ class LockCore:
         except ResponseError as e:
             if not hold_is_gone(e):
                 raise
-            self._forget()
+            yield from self._forget()
             raise self._error(
                 LockNotOwnedError, "Cannot release a lock that's no longer owned"
             ) from None
         if int(remaining) == 0:
-            self._forget()
+            yield from self._forget()
 
     def _extending(
         self,

@@ -15,15 +15,28 @@ hold has its own random token checked by the server.
 """
 
 import asyncio
+import inspect
 import logging
 import math
 from functools import partial
-from typing import Any, Awaitable, Callable, Literal, Optional, Set
+from typing import Any, Awaitable, Callable, Literal, NamedTuple, Optional, Set
 
 from redis.exceptions import LockError, ResponseError, TimeoutError
 
 from ._common import read_timeout
-from ._core import Acquire, Call, Cleanup, LockCore, RefreshSlots, Renewal, Run, Sleep, Steps
+from ._core import (
+    Acquire,
+    Call,
+    CallOn,
+    Cleanup,
+    LockCore,
+    RefreshSlots,
+    Renewal,
+    Run,
+    Sleep,
+    Steps,
+    Unbind,
+)
 from ._shared import ReadWriteLockBase, SemaphoreBase
 
 logger = logging.getLogger(__name__)
@@ -72,19 +85,38 @@ async def _read_reply(conn: Any, wait: Optional[int]) -> Any:
         raise TimeoutError(f"no reply to LOCK.ACQUIRE within {timeout:.3f} s") from None
 
 
+class _Binding(NamedTuple):
+    """An ephemeral hold's own connection and how it goes back (awaitable
+    or not: a pool's release is a coroutine, a cluster node's is not)."""
+
+    conn: Any
+    release: Callable[[Any], Any]
+
+
 async def _acquire(client: Any, step: Acquire) -> Any:
+    """Perform an ``Acquire`` step; with ``keep`` a granted hold keeps its
+    connection: (reply, binding)."""
     if step.node is None:
         pool = client.connection_pool
         conn = await pool.get_connection()
-        try:
-            return await _acquire_on(conn, step)
-        finally:
-            await pool.release(conn)
-    conn = step.node.acquire_connection()
+        release = pool.release
+    else:
+        conn = step.node.acquire_connection()
+        release = step.node.release
+    kept = False
     try:
-        return await _acquire_on(conn, step)
+        reply = await _acquire_on(conn, step)
+        if not step.keep:
+            return reply
+        kept = reply is not None
+        return reply, _Binding(conn, release) if kept else None
     finally:
-        step.node.release(conn)
+        if not kept:
+            await _maybe_await(release(conn))
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 # ---------------------------------------------------------------------------
@@ -173,6 +205,13 @@ class Lock(LockCore):
             _shielded.add(cleanup)
             cleanup.add_done_callback(_shielded.discard)
             return await asyncio.shield(cleanup)
+        if isinstance(step, CallOn):
+            conn = step.binding.conn
+            await conn.send_command(*step.args)
+            return await conn.read_response()
+        if isinstance(step, Unbind):
+            await step.binding.conn.disconnect()
+            return await _maybe_await(step.binding.release(step.binding.conn))
         raise TypeError(f"not a step: {step!r}")
 
     async def _paused(self, operation: Callable[[Optional[Renewal]], Steps]) -> Any:

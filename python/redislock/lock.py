@@ -11,12 +11,24 @@ import threading
 import time
 from functools import partial
 from types import TracebackType
-from typing import Any, Callable, Literal, Optional, Type
+from typing import Any, Callable, Literal, NamedTuple, Optional, Type
 
 from redis.exceptions import LockError, ResponseError
 
 from ._common import read_timeout
-from ._core import Acquire, Call, Cleanup, LockCore, RefreshSlots, Renewal, Run, Sleep, Steps
+from ._core import (
+    Acquire,
+    Call,
+    CallOn,
+    Cleanup,
+    LockCore,
+    RefreshSlots,
+    Renewal,
+    Run,
+    Sleep,
+    Steps,
+    Unbind,
+)
 from ._shared import ReadWriteLockBase, SemaphoreBase
 
 logger = logging.getLogger(__name__)
@@ -27,22 +39,36 @@ logger = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
 
 
+class _Binding(NamedTuple):
+    """An ephemeral hold's own connection and the pool it goes back to."""
+
+    conn: Any
+    pool: Any
+
+
 def _acquire_on(pool: Any, step: Acquire) -> Any:
-    """Perform an ``Acquire`` step on a connection taken from ``pool``."""
+    """Perform an ``Acquire`` step on a connection taken from ``pool``. With
+    ``keep`` a granted hold keeps the connection: (reply, binding)."""
     conn = pool.get_connection()
+    kept = False
     try:
         if step.asking:
             conn.send_command("ASKING")
             conn.read_response()
         conn.send_command(*step.args)
-        return conn.read_response(timeout=read_timeout(conn, step.wait))
+        reply = conn.read_response(timeout=read_timeout(conn, step.wait))
+        if not step.keep:
+            return reply
+        kept = reply is not None
+        return reply, _Binding(conn, pool) if kept else None
     except ResponseError:
         raise  # a well-formed error reply: the connection is fine
     except BaseException:
         conn.disconnect()
         raise
     finally:
-        pool.release(conn)
+        if not kept:
+            pool.release(conn)
 
 
 # ---------------------------------------------------------------------------
@@ -142,6 +168,13 @@ class Lock(LockCore):
             return time.sleep(step.seconds)
         if isinstance(step, Cleanup):
             return self._drive(step.steps)
+        if isinstance(step, CallOn):
+            conn = step.binding.conn
+            conn.send_command(*step.args)
+            return conn.read_response()
+        if isinstance(step, Unbind):
+            step.binding.conn.disconnect()
+            return step.binding.pool.release(step.binding.conn)
         raise TypeError(f"not a step: {step!r}")
 
     def _paused(self, operation: Callable[[Optional[Renewal]], Steps]) -> Any:
