@@ -141,13 +141,19 @@ pub const ACQUIRE: Command = Command {
     flags: c"write deny-oom blocking",
     key: Some(UPDATE_AND_READ),
     categories: "write slow blocking",
-    summary: c"Takes a lock for ttl-ms milliseconds, or reenters it if the owner holds it; \
+    summary: c"Takes a lock for ttl-ms milliseconds (SHARED: a read hold; LIMIT: one of n permits; \
+        EPHEMERAL: ended when this connection closes), or reenters it if the owner holds it; \
         replies with the hold's fence, or nil. With WAIT, queues until the lock is handed over or timeout-ms passes.",
     complexity: c"O(1)",
     args: &[
         KEY,
         OWNER,
         TTL,
+        // The options come in any order; LIMIT only with SHARED (the
+        // command refuses it otherwise).
+        Arg::word(c"shared", c"SHARED").optional(),
+        Arg::integer(c"limit").after(c"LIMIT").optional(),
+        Arg::word(c"ephemeral", c"EPHEMERAL").optional(),
         Arg::integer(c"timeout-ms").after(c"WAIT").optional(),
     ],
 };
