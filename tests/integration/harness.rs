@@ -15,11 +15,46 @@
 //!
 //! Environment: `LOCK_MODULE`, `LOCK_SERVER` and `LOCK_CLI` (see the kit).
 
+use std::io::Read;
+use std::path::PathBuf;
+use std::thread::{self, JoinHandle};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 // The whole kit, under the names the areas have always used (`Server`,
 // `Call`, `wait_until`, `wait_on`, …), so an area imports from one place.
 pub use redislock_testkit::*;
+
+/// An example of this package (`examples/<name>.rs`), built by `cargo test`
+/// beside the test binary (`target/<profile>/examples/`), so it is always
+/// from this build: the worker processes of the oversell and stress tests.
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/integration-<hash> → target/<profile>
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary is in target/<profile>/deps");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} not found: `cargo test --release` builds the examples, a run limited \
+         to `--test integration` does not (then: cargo build --release --examples)",
+        bin.display()
+    );
+    bin
+}
+
+/// Reads a child's pipe to its end on a thread of its own (so a chatty
+/// child never blocks on a full pipe); the thread returns the text.
+pub fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
 
 /// A lease longer than any test runs.
 pub const LONG: i64 = 600_000;

@@ -6,39 +6,16 @@
 //! in acquisition order, rise strictly (mutual exclusion, fencing, fair hand-off).
 
 use std::collections::HashSet;
-use std::io::Read;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Call, Server};
+use crate::harness::{drain, example_bin, Call, Server};
 
 const WORKERS: usize = 16;
 const STOCK: i64 = 500;
 /// The whole run takes a few seconds; past this, the workers are killed.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// The worker binary, built by `cargo test` beside this test binary
-/// (`target/<profile>/examples/`), so it is always from this build.
-fn worker_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    // target/<profile>/deps/integration-<hash> → target/<profile>
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary is in target/<profile>/deps");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("oversell_worker{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "{} not found: `cargo test --release` builds the examples, a run limited \
-         to `--test integration` does not (then: cargo build --release --examples)",
-        bin.display()
-    );
-    bin
-}
 
 /// The worker processes, killed if the test ends before they do.
 struct Workers(Vec<Child>);
@@ -54,14 +31,6 @@ impl Drop for Workers {
 
 /// Reads all of a pipe on a thread of its own, so a full pipe never stalls
 /// a worker.
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        text
-    })
-}
-
 /// What one worker printed.
 #[derive(Debug, Default)]
 struct Report {
@@ -102,7 +71,7 @@ fn parse(owner: &str, stdout: &str) -> Report {
 
 #[test]
 fn sixteen_workers_sell_exactly_the_stock_with_rising_fences() {
-    let worker = worker_bin();
+    let worker = example_bin("oversell_worker");
     let server = Server::start();
     let mut c = server.conn();
     let _: () = c.value(&["SET", "stock", &STOCK.to_string()]);

@@ -42,7 +42,6 @@
 //! had. The same checks apply, the lease one except after a failover.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread::{self, JoinHandle};
@@ -50,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use redis::Connection;
 
-use crate::harness::{clock_floor, now_ms, wait_until, Call, Server};
+use crate::harness::{clock_floor, drain, example_bin, now_ms, wait_until, Call, Server};
 
 /// Each hold's lease, as the worker asks for it.
 const LEASE: Duration = Duration::from_millis(1000);
@@ -59,33 +58,6 @@ const SOON: Duration = Duration::from_secs(10);
 /// Past this after the planned end, the workers are killed and the test fails.
 const GRACE: Duration = Duration::from_secs(20);
 const LIMIT: usize = 3;
-
-/// The worker binary, built by `cargo test` beside this test binary.
-fn worker_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary is in target/<profile>/deps");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("shared_worker{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "{} not found: `cargo test --release` builds the examples, a run limited \
-         to `--test integration` does not (then: cargo build --release --examples)",
-        bin.display()
-    );
-    bin
-}
-
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        text
-    })
-}
 
 fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
@@ -172,7 +144,7 @@ struct Crew {
 impl Crew {
     fn start(ports: &[u16], slots: &[(Role, usize)], run_for: Duration) -> Crew {
         let mut crew = Crew {
-            bin: worker_bin(),
+            bin: example_bin("shared_worker"),
             ports: ports
                 .iter()
                 .map(u16::to_string)
