@@ -53,6 +53,8 @@ mod registration {
             ctx.log_warning(&format!("lock: {why}"));
             return Status::Err;
         }
+        // Its configs read, the start-up quarantine begins.
+        ffi::quarantine::module_loaded(ctx.ctx);
         if register_commands(ctx) == Status::Err {
             return Status::Err;
         }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 use redis_module::{raw, Context};
 
 use crate::args::MAX_MS;
-use crate::ffi::{guard, quarantine};
+use crate::ffi::guard;
 use crate::quarantine::Mode;
 
 /// `lock.max-ttl`: the longest lease a `ttl-ms` may ask for (0: no cap).
@@ -83,7 +83,6 @@ pub fn register(ctx: &Context) -> Result<(), &'static str> {
             return Err("invalid value for lock.max-ttl or lock.quarantine");
         }
     }
-    quarantine::module_loaded(ctx.ctx);
     Ok(())
 }
 
