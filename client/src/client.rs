@@ -171,28 +171,25 @@ impl Client {
         let ttl_ms = opts.ttl_ms()?;
         let owner = self.inner.owners.next();
         let command = conn::acquire(key, &owner, ttl_ms, share, opts.is_ephemeral(), None);
-        if opts.is_ephemeral() {
+        let (sent, fence, bound) = if opts.is_ephemeral() {
             // The hold is bound to the connection it is granted on: one of
             // its own, kept for the hold's life.
             let (mut link, closed) = self.inner.server.conn.bound(None).await?;
             let sent = Instant::now();
             let fence: Option<u64> = link.query(&command).await.map_err(Error::from_redis)?;
-            let Some(fence) = fence else {
-                return Err(Error::WouldBlock);
-            };
-            let mut guard = self.guard(key, owner, fence, opts, ttl_ms, deadline(sent, opts.ttl()));
+            (sent, fence, Some((link, closed)))
+        } else {
+            let sent = Instant::now();
+            (sent, self.inner.server.conn.query(&command).await?, None)
+        };
+        let Some(fence) = fence else {
+            return Err(Error::WouldBlock);
+        };
+        let mut guard = self.guard(key, owner, fence, opts, ttl_ms, deadline(sent, opts.ttl()));
+        if let Some((link, closed)) = bound {
             guard.bind(link, closed);
-            return Ok(guard);
         }
-        let sent = Instant::now();
-        let fence: Option<u64> = self.inner.server.conn.query(&command).await?;
-        match fence {
-            Some(fence) => {
-                let deadline = deadline(sent, opts.ttl());
-                Ok(self.guard(key, owner, fence, opts, ttl_ms, deadline))
-            }
-            None => Err(Error::WouldBlock),
-        }
+        Ok(guard)
     }
 
     /// A hold of `share`, waiting as [`Client::lock`] describes.
