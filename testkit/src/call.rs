@@ -246,20 +246,28 @@ fn pairs(value: &Value) -> Result<Vec<(&Value, &Value)>, String> {
     }
 }
 
+/// The value of field `name` among `pairs` (from [`pairs`]).
+fn field<'a>(pairs: &[(&'a Value, &'a Value)], name: &str) -> Result<&'a Value, String> {
+    pairs
+        .iter()
+        .find(|(k, _)| text(k).as_deref() == Some(name))
+        .map(|(_, v)| *v)
+        .ok_or_else(|| format!("no field {name}"))
+}
+
+/// Field `name` among `pairs`, which must be an integer.
+fn int(pairs: &[(&Value, &Value)], name: &str) -> Result<i64, String> {
+    match field(pairs, name)? {
+        Value::Int(n) => Ok(*n),
+        other => Err(format!("{name} is not an integer: {other:?}")),
+    }
+}
+
 impl HolderInfo {
     fn from_reply(value: &Value) -> Result<HolderInfo, String> {
         let pairs = pairs(value)?;
-        let field = |name: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| text(k).as_deref() == Some(name))
-                .map(|(_, v)| *v)
-                .ok_or_else(|| format!("no holder field {name}"))
-        };
-        let int = |name: &str| match field(name)? {
-            Value::Int(n) => Ok(*n),
-            other => Err(format!("{name} is not an integer: {other:?}")),
-        };
+        let field = |name: &str| field(&pairs, name).map_err(|e| format!("holder: {e}"));
+        let int = |name: &str| int(&pairs, name).map_err(|e| format!("holder: {e}"));
         Ok(HolderInfo {
             owner: text(field("owner")?).ok_or("holder owner is not a string")?,
             count: int("count")?,
@@ -276,17 +284,8 @@ impl LockInfo {
     /// (the command reference allows more fields later).
     pub fn from_reply(value: &Value) -> Result<LockInfo, String> {
         let pairs = pairs(value)?;
-        let field = |name: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| text(k).as_deref() == Some(name))
-                .map(|(_, v)| *v)
-                .ok_or_else(|| format!("no field {name}"))
-        };
-        let int = |name: &str| match field(name)? {
-            Value::Int(n) => Ok(*n),
-            other => Err(format!("{name} is not an integer: {other:?}")),
-        };
+        let field = |name: &str| field(&pairs, name);
+        let int = |name: &str| int(&pairs, name);
         let owner = match field("owner")? {
             Value::BulkString(bytes) => bytes.clone(),
             // A shared lock has no one owner.
