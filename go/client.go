@@ -1,0 +1,467 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client takes locks on the servers its backend reaches. It is safe for
+// concurrent use; make one per application and Close it at the end.
+type Client struct {
+	b Backend
+
+	mu      sync.Mutex
+	idle    map[string][]*link
+	maxIdle int
+
+	// running counts background activities: watchdogs, ephemeral
+	// bindings, clean-ups after a cancel, release retries, and connections
+	// lent to a call in progress.
+	running atomic.Int64
+}
+
+// New makes a client over a go-redis v9 client (one server, a Sentinel
+// failover client or a Cluster).
+func New(rdb redis.UniversalClient) *Client { return NewWithBackend(GoRedis(rdb)) }
+
+// NewWithBackend makes a client over any Backend.
+func NewWithBackend(b Backend) *Client {
+	return &Client{b: b, idle: map[string][]*link{}, maxIdle: 64}
+}
+
+// Running is how many background activities of the client are alive now
+// (watchdogs, ephemeral bindings, clean-ups, retries, calls in progress).
+// Once every lock is released and every call has returned it falls to 0.
+func (c *Client) Running() int { return int(c.running.Load()) }
+
+// Close closes the idle connections. Held locks are not released: release
+// them first (or they end with their leases).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = map[string][]*link{}
+	c.mu.Unlock()
+	for _, ls := range idle {
+		for _, l := range ls {
+			l.close()
+		}
+	}
+	return nil
+}
+
+// newOwner is a random 128-bit token: no two holders share one.
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// getLink lends an idle connection to ep's server, or opens one.
+func (c *Client) getLink(ctx context.Context, ep Endpoint) (*link, error) {
+	c.mu.Lock()
+	ls := c.idle[ep.Addr]
+	for len(ls) > 0 {
+		l := ls[len(ls)-1]
+		ls = ls[:len(ls)-1]
+		if !l.isDead() {
+			c.idle[ep.Addr] = ls
+			c.mu.Unlock()
+			c.running.Add(1)
+			return l, nil
+		}
+	}
+	c.idle[ep.Addr] = ls
+	c.mu.Unlock()
+	l, err := openLink(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	c.running.Add(1)
+	return l, nil
+}
+
+// putLink takes a lent connection back; one still awaiting a reply, or
+// dead, is closed instead.
+func (c *Client) putLink(l *link) {
+	c.running.Add(-1)
+	if l.isDead() || l.busy() {
+		l.close()
+		return
+	}
+	c.mu.Lock()
+	if len(c.idle[l.ep.Addr]) < c.maxIdle {
+		c.idle[l.ep.Addr] = append(c.idle[l.ep.Addr], l)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	l.close()
+}
+
+// dropLink closes a lent connection (an ephemeral hold's, once over).
+func (c *Client) dropLink(l *link) {
+	l.close()
+	c.running.Add(-1)
+}
+
+// spawn runs f as a counted background activity.
+func (c *Client) spawn(f func()) {
+	c.running.Add(1)
+	go func() {
+		defer c.running.Add(-1)
+		f()
+	}()
+}
+
+// redirect reads a cluster redirection: MOVED or ASK, and the address.
+func redirect(err error) (kind, addr string, ok bool) {
+	var se ServerError
+	if !errors.As(err, &se) {
+		return "", "", false
+	}
+	f := strings.Fields(string(se))
+	if len(f) == 3 && (f[0] == "MOVED" || f[0] == "ASK") {
+		return f[0], f[2], true
+	}
+	return "", "", false
+}
+
+// dropsConnection: replies after which the next command must find the
+// master again (a replica answering, a master without its replicas).
+func dropsConnection(err error) bool {
+	var se ServerError
+	if !errors.As(err, &se) {
+		return false
+	}
+	p := se.prefix()
+	return p == "READONLY" || p == "NOREPLICAS" || p == "MASTERDOWN"
+}
+
+// exec runs one command about key on a connection of its own and gives the
+// connection back. A context that ends first closes that connection (its
+// reply is unknown) and returns ErrCancelled.
+func (c *Client) exec(ctx context.Context, key string, args ...string) (any, error) {
+	ep, err := c.b.Endpoint(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	for hop := 0; ; hop++ {
+		l, err := c.getLink(ctx, ep)
+		if err != nil {
+			return nil, err
+		}
+		v, err := l.do(ctx, args...)
+		if errors.Is(err, ErrCancelled) {
+			l.close()
+			c.putLink(l)
+			return nil, err
+		}
+		if dropsConnection(err) {
+			l.close()
+		}
+		c.putLink(l)
+		if kind, addr, ok := redirect(err); ok && hop < 5 {
+			if kind == "MOVED" {
+				c.b.Refresh(ctx)
+			}
+			ep.Addr = addr
+			if kind == "ASK" {
+				return c.execAsking(ctx, ep, args)
+			}
+			continue
+		}
+		return v, err
+	}
+}
+
+// execAsking follows an ASK redirection: ASKING, then the command, on one
+// connection to the node the slot is moving to.
+func (c *Client) execAsking(ctx context.Context, ep Endpoint, args []string) (any, error) {
+	l, err := c.getLink(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	l.send("ASKING")
+	v, err := l.do(ctx, args...)
+	if errors.Is(err, ErrCancelled) {
+		l.close()
+	}
+	c.putLink(l)
+	return v, err
+}
+
+// mode is how a hold is asked for: exclusive, shared (a read lock), or a
+// semaphore's permits.
+type mode struct {
+	shared  bool
+	limit   int
+	permits int
+}
+
+func (m mode) args() []string {
+	var a []string
+	if m.shared {
+		a = append(a, "SHARED")
+		if m.limit > 0 {
+			a = append(a, "LIMIT", strconv.Itoa(m.limit))
+			if m.permits > 0 {
+				a = append(a, "PERMITS", strconv.Itoa(m.permits))
+			}
+		}
+	}
+	return a
+}
+
+// Lock takes key under a new owner, waiting as long as ctx allows (or
+// WithWait says). Cancelling ctx at any point leaves nothing held.
+func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return c.acquire(ctx, key, newOwner(), mode{}, collect(opts), true)
+}
+
+// TryLock takes key under a new owner if it is free now: ErrNotObtained
+// otherwise.
+func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return c.acquire(ctx, key, newOwner(), mode{}, collect(opts), false)
+}
+
+// acquire is every acquisition's one path: LOCK.ACQUIRE on a connection of
+// its own, the wait parked there, a cancel cleaned up there.
+func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o options, wait bool) (*Lock, error) {
+	ttlArg, err := ms(o.ttl, 1, "the lease")
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"LOCK.ACQUIRE", key, owner, ttlArg}
+	args = append(args, md.args()...)
+	if o.ephemeral {
+		args = append(args, "EPHEMERAL")
+	}
+	if wait {
+		w := "0"
+		if o.waitSet {
+			if w, err = ms(o.wait, 0, "the wait"); err != nil {
+				return nil, err
+			}
+		}
+		args = append(args, "WAIT", w)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, cancelled(err)
+	}
+	ep, err := c.b.Endpoint(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	ask := false
+	for hop := 0; ; hop++ {
+		l, err := c.getLink(ctx, ep)
+		if err != nil {
+			return nil, err
+		}
+		if ask {
+			l.send("ASKING")
+		}
+		sent := time.Now()
+		pending := l.send(args...)
+		var r reply
+		select {
+		case r = <-pending:
+		case <-ctx.Done():
+			c.abandon(l, key, owner, o.ttl, wait, pending, false)
+			return nil, cancelled(ctx.Err())
+		}
+		v, err := r.result()
+		if err != nil {
+			if r.err != nil {
+				// The connection broke with the command sent: a grant may
+				// have happened. Release it in the background (best effort:
+				// the lease ends it otherwise).
+				c.putLink(l)
+				c.releaseLater(key, owner, nil, time.Now().Add(o.ttl))
+				return nil, err
+			}
+			if dropsConnection(err) {
+				l.close()
+			}
+			c.putLink(l)
+			if kind, addr, ok := redirect(err); ok && hop < 5 {
+				if kind == "MOVED" {
+					c.b.Refresh(ctx)
+				}
+				ep.Addr, ask = addr, kind == "ASK"
+				continue
+			}
+			var se ServerError
+			if errors.As(err, &se) {
+				return nil, mapServerError(se)
+			}
+			return nil, err
+		}
+		if v == nil {
+			if !wait {
+				err = c.whyNotObtained(ctx, l, key)
+			} else {
+				err = ErrTimedOut
+			}
+			c.putLink(l)
+			return nil, err
+		}
+		fence, ok := v.(int64)
+		if !ok {
+			c.putLink(l)
+			return nil, transportError(errProtocol)
+		}
+		// A wait longer than a third of the lease: confirm with a renew, so
+		// the deadline counts from a send we know the server answered soon.
+		if wait && time.Since(sent) > o.ttl/3 {
+			sent = time.Now()
+			var rr reply
+			select {
+			case rr = <-l.send("LOCK.RENEW", key, owner, ttlArg):
+			case <-ctx.Done():
+				c.abandon(l, key, owner, o.ttl, false, nil, true)
+				return nil, cancelled(ctx.Err())
+			}
+			if _, err := rr.result(); err != nil {
+				c.abandon(l, key, owner, o.ttl, false, nil, true)
+				var se ServerError
+				if errors.As(err, &se) {
+					return nil, mapServerError(se)
+				}
+				return nil, err
+			}
+		}
+		var bound *link
+		if o.ephemeral {
+			bound = l
+		} else {
+			c.putLink(l)
+		}
+		return c.start(key, owner, fence, o, sent, bound), nil
+	}
+}
+
+// whyNotObtained tells a try refused for the quarantine (the lock is free
+// and the server begins no hold) from one refused because it is held.
+func (c *Client) whyNotObtained(ctx context.Context, l *link, key string) error {
+	info := l.send("LOCK.INFO", key)
+	stats := l.send("INFO", "lock")
+	var ri, rs reply
+	select {
+	case ri = <-info:
+	case <-ctx.Done():
+		return ErrNotObtained
+	}
+	select {
+	case rs = <-stats:
+	case <-ctx.Done():
+		return ErrNotObtained
+	}
+	if ri.err != nil || ri.v != nil {
+		return ErrNotObtained
+	}
+	if s, ok := rs.v.(string); ok {
+		for _, line := range strings.Split(s, "\n") {
+			if v, found := strings.CutPrefix(strings.TrimSpace(line), "lock_quarantine_ms:"); found && v != "0" {
+				return ErrQuarantine
+			}
+		}
+	}
+	return ErrNotObtained
+}
+
+// abandon cleans up after a cancel, in the background, on the connection
+// that asked: a parked wait is woken with CLIENT UNBLOCK (sent from another
+// connection), and a grant that crossed the cancel is released on l, after
+// it, so nothing is left held. pending is the acquire's reply still to
+// come; granted says the grant is already known.
+func (c *Client) abandon(l *link, key, owner string, ttl time.Duration, parked bool, pending chan reply, granted bool) {
+	c.spawn(func() {
+		defer c.putLink(l)
+		if !granted {
+			r := c.awaitAfterCancel(l, pending, parked)
+			_, granted = r.v.(int64)
+		}
+		if granted {
+			// One release: the call's own hold (a reentry leaves the
+			// owner's earlier holds in place).
+			rel := <-l.send("LOCK.RELEASE", key, owner)
+			if rel.err != nil {
+				c.releaseLater(key, owner, nil, time.Now().Add(ttl))
+			}
+		}
+	})
+}
+
+// awaitAfterCancel waits for the reply of an acquire whose caller gave up,
+// waking it with CLIENT UNBLOCK while it is parked (again, with backoff:
+// an unblock that reached the server before the acquire found nothing to
+// wake). A plain UNBLOCK after a grant changes nothing: the reply is then
+// the fence, and the caller releases it.
+func (c *Client) awaitAfterCancel(l *link, pending chan reply, parked bool) reply {
+	if !parked {
+		return <-pending
+	}
+	delay := time.Duration(0)
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case r := <-pending:
+			t.Stop()
+			return r
+		case <-t.C:
+		}
+		c.unblock(l)
+		delay = min(2*delay+5*time.Millisecond, 200*time.Millisecond)
+	}
+}
+
+func (c *Client) unblock(l *link) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	u, err := c.getLink(ctx, l.ep)
+	if err != nil {
+		return
+	}
+	_, _ = u.do(ctx, "CLIENT", "UNBLOCK", l.id)
+	c.putLink(u)
+}
+
+// releaseLater retries a release in the background until it lands (or the
+// server says the owner holds nothing) or until, at the lease end, there
+// is nothing left to release. bound, when set, is the ephemeral hold's own
+// connection, used first (and closed after).
+func (c *Client) releaseLater(key, owner string, bound *link, until time.Time) {
+	c.spawn(func() {
+		delay := 5 * time.Millisecond
+		for time.Now().Before(until) {
+			ctx, cancel := context.WithDeadline(context.Background(), until)
+			var err error
+			if bound != nil && !bound.isDead() {
+				_, err = bound.do(ctx, "LOCK.RELEASE", key, owner)
+			} else {
+				_, err = c.exec(ctx, key, "LOCK.RELEASE", key, owner)
+			}
+			cancel()
+			var se ServerError
+			if err == nil || errors.As(err, &se) {
+				break
+			}
+			t := time.NewTimer(delay)
+			<-t.C
+			delay = min(2*delay, time.Second)
+		}
+		if bound != nil {
+			c.dropLink(bound)
+		}
+	})
+}

@@ -1,0 +1,425 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// errReleased is the cause of a lock's Context once it was released.
+var errReleased = errors.New("redislock: released")
+
+// Lock is one hold of a lock. Send Fence() with every write to the guarded
+// resource, do the work under Context(), and Release it at the end.
+//
+// A watchdog renews the lease every third of it (unless WithoutWatchdog);
+// when the local deadline (the send time of the last confirmed acquire or
+// renew + ttl - Drift(ttl)) passes without a renew, or the server says this
+// owner lost it, the hold is lost: Context() is cancelled at that moment
+// with a *LostError as its cause, and stays so.
+type Lock struct {
+	c      *Client
+	key    string
+	owner  string
+	fence  int64
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// bound is an ephemeral hold's own connection, open for the hold's life.
+	bound *link
+	// onEnd, when set, runs once when the hold ends (released or lost).
+	onEnd func()
+	// unbindWatch stops the watch on bound.
+	unbindWatch func()
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time
+	lost     *LostError
+	released bool
+	renew    bool
+	dog      *watchdog
+	ended    bool
+}
+
+// watchdog is a running watchdog goroutine: close stop to end it, then
+// wait for done. moved wakes it after a manual renew.
+type watchdog struct {
+	stop  chan struct{}
+	done  chan struct{}
+	moved chan struct{}
+}
+
+func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lock{
+		c: c, key: key, owner: owner, fence: fence, ctx: ctx, cancel: cancel,
+		bound: bound, ttl: o.ttl, deadline: deadline(sent, o.ttl), renew: !o.noRenew,
+	}
+	if bound != nil {
+		// The server ends the hold when this connection closes; say so at
+		// once rather than at the next renewal.
+		stop := make(chan struct{})
+		c.spawn(func() {
+			select {
+			case <-bound.closed:
+				l.lose(ReasonDisconnected)
+			case <-stop:
+			}
+		})
+		l.unbindWatch = func() { close(stop) }
+	}
+	l.mu.Lock()
+	l.startWatchdog()
+	l.mu.Unlock()
+	return l
+}
+
+// Key is the lock's key.
+func (l *Lock) Key() string { return l.key }
+
+// Owner is the token the hold is taken under: pass it (with the fence) to
+// another process to continue the hold there (Client.Resume).
+func (l *Lock) Owner() string { return l.owner }
+
+// Fence is the fencing token: a resource that refuses writes with a fence
+// lower than the highest it has seen is safe against stale holders.
+func (l *Lock) Fence() int64 { return l.fence }
+
+// Context is cancelled the moment the hold is lost (its cause is then a
+// *LostError) or released. Do the work under the lock with it.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Deadline is until when the lease is surely valid here.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Lost returns the *LostError once the hold is lost, nil before. It reads
+// the clock itself, so a deadline passed is reported even if no goroutine
+// has run since.
+func (l *Lock) Lost() error {
+	l.checkDeadline()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
+		return nil
+	}
+	return l.lost
+}
+
+// Held says whether this hold is still held: not released, not lost.
+func (l *Lock) Held() bool {
+	l.checkDeadline()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost == nil && !l.released
+}
+
+func (l *Lock) checkDeadline() {
+	l.mu.Lock()
+	passed := l.lost == nil && !l.released && !time.Now().Before(l.deadline)
+	l.mu.Unlock()
+	if passed {
+		l.lose(ReasonExpired)
+	}
+}
+
+// lose raises the loss signal (once; nothing clears it) before anything
+// else is done about it.
+func (l *Lock) lose(why LossReason) {
+	l.mu.Lock()
+	if l.lost != nil || l.released {
+		l.mu.Unlock()
+		return
+	}
+	l.lost = &LostError{Reason: why}
+	err := l.lost
+	d := l.dog
+	l.dog = nil
+	l.mu.Unlock()
+	l.cancel(err)
+	// Then the rest: the watchdog stops renewing (not awaited: this may be
+	// the watchdog itself), and an ephemeral hold's connection closes.
+	if d != nil {
+		close(d.stop)
+	}
+	if why != ReasonReleaseUnconfirmed {
+		l.unbind()
+	}
+	l.end()
+}
+
+// end runs once the hold is over: the watch on an ephemeral connection
+// stops, and the owner object forgets the hold.
+func (l *Lock) end() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.ended = true
+	l.mu.Unlock()
+	if l.onEnd != nil {
+		l.onEnd()
+	}
+}
+
+// Renew renews the lease now, for the same ttl (the watchdog does it on
+// its own).
+func (l *Lock) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	return l.RenewFor(ctx, ttl)
+}
+
+// RenewFor makes the lease ttl from now; later renewals use ttl too.
+func (l *Lock) RenewFor(ctx context.Context, ttl time.Duration) error {
+	arg, err := ms(ttl, 1, "the lease")
+	if err != nil {
+		return err
+	}
+	if err := l.usable(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	_, err = l.do(ctx, "LOCK.RENEW", l.key, l.owner, arg)
+	if err != nil {
+		return l.failed(err)
+	}
+	l.extend(sent, ttl)
+	return nil
+}
+
+// usable: the error of a hold that can no longer be acted on.
+func (l *Lock) usable() error {
+	l.checkDeadline()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil {
+		return l.lost
+	}
+	if l.released {
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// failed turns a renew's or release's error into the hold's: NOTOWNER (or
+// another type over the key) is a loss.
+func (l *Lock) failed(err error) error {
+	var se ServerError
+	if errors.As(err, &se) {
+		mapped := mapServerError(se)
+		if errors.Is(mapped, ErrNotOwner) {
+			l.lose(ReasonNotOwner)
+			return l.Lost()
+		}
+		return mapped
+	}
+	return err
+}
+
+// do runs a command of this hold: on its own connection when ephemeral
+// (it needs no pooled one), else on a lent one.
+func (l *Lock) do(ctx context.Context, args ...string) (any, error) {
+	if l.bound != nil {
+		return l.bound.do(ctx, args...)
+	}
+	return l.c.exec(ctx, l.key, args...)
+}
+
+// extend: a renew sent at sent was confirmed for ttl.
+func (l *Lock) extend(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil || l.released {
+		return
+	}
+	l.ttl = ttl
+	if d := deadline(sent, ttl); d.After(l.deadline) {
+		l.deadline = d
+	}
+	if l.dog != nil {
+		select {
+		case l.dog.moved <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// StopRenewing stops the watchdog (a renew in flight is awaited) without
+// releasing: the hold stays until its lease ends, and its loss still fires
+// at the deadline.
+func (l *Lock) StopRenewing() {
+	l.stopWatchdog(context.Background())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renew = false
+	if l.lost == nil && !l.released {
+		l.startWatchdog()
+	}
+}
+
+// Release ends this hold (one count of a reentered one). The watchdog is
+// stopped and awaited first, so no renew follows the release. A release
+// that does not complete (ctx ended, transport error) leaves the hold
+// reported lost (ReasonReleaseUnconfirmed) and is retried in the
+// background until it lands or the lease ends.
+func (l *Lock) Release(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		l.stopWatchdog(ctx)
+		l.unbind()
+		return err
+	}
+	if !l.stopWatchdog(ctx) {
+		return l.unconfirmed(nil)
+	}
+	if err := l.usable(); err != nil {
+		l.unbind()
+		return err
+	}
+	_, err := l.do(ctx, "LOCK.RELEASE", l.key, l.owner)
+	if err == nil {
+		l.mu.Lock()
+		l.released = true
+		l.mu.Unlock()
+		l.cancel(errReleased)
+		l.unbind()
+		l.end()
+		return nil
+	}
+	var se ServerError
+	if errors.As(err, &se) {
+		err = l.failed(err)
+		l.unbind()
+		return err
+	}
+	return l.unconfirmed(err)
+}
+
+// unconfirmed: a release that did not complete. The hold is reported lost
+// first, then the release is retried in the background.
+func (l *Lock) unconfirmed(cause error) error {
+	l.lose(ReasonReleaseUnconfirmed)
+	l.mu.Lock()
+	until := l.deadline.Add(Drift(l.ttl))
+	bound := l.bound
+	l.bound = nil
+	l.mu.Unlock()
+	if l.unbindWatch != nil {
+		l.unbindWatch()
+	}
+	l.c.releaseLater(l.key, l.owner, bound, until)
+	err := l.Lost()
+	if cause != nil {
+		return errors.Join(err, cause)
+	}
+	return err
+}
+
+// unbind closes an ephemeral hold's connection once the hold is over.
+func (l *Lock) unbind() {
+	l.mu.Lock()
+	bound := l.bound
+	l.bound = nil
+	l.mu.Unlock()
+	if bound == nil {
+		return
+	}
+	if l.unbindWatch != nil {
+		l.unbindWatch()
+	}
+	l.c.dropLink(bound)
+}
+
+// startWatchdog starts the goroutine that renews (while renew is on) and
+// raises the loss at the deadline. l.mu is held.
+func (l *Lock) startWatchdog() {
+	d := &watchdog{stop: make(chan struct{}), done: make(chan struct{}), moved: make(chan struct{}, 1)}
+	l.dog = d
+	renew := l.renew
+	l.c.spawn(func() {
+		defer close(d.done)
+		l.watch(d, renew)
+	})
+}
+
+// stopWatchdog stops the watchdog and waits for it (a renew in flight
+// included) until ctx ends: false then.
+func (l *Lock) stopWatchdog(ctx context.Context) bool {
+	l.mu.Lock()
+	d := l.dog
+	l.dog = nil
+	l.mu.Unlock()
+	if d == nil {
+		return true
+	}
+	close(d.stop)
+	select {
+	case <-d.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (l *Lock) watch(d *watchdog, renew bool) {
+	l.mu.Lock()
+	next := time.Now().Add(renewPeriod(l.ttl))
+	l.mu.Unlock()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		dl, ttl := l.deadline, l.ttl
+		l.mu.Unlock()
+		wake := dl
+		if renew && next.Before(dl) {
+			wake = next
+		}
+		timer.Reset(time.Until(wake))
+		select {
+		case <-d.stop:
+			return
+		case <-d.moved:
+			continue
+		case <-timer.C:
+		}
+		if !time.Now().Before(dl) {
+			l.lose(ReasonExpired)
+			return
+		}
+		if !renew || time.Now().Before(next) {
+			continue
+		}
+		arg, err := ms(ttl, 1, "the lease")
+		if err != nil {
+			return
+		}
+		// The renew may take until the deadline, not longer: the loss
+		// must never come late. A stop waits for it (no renew follows a
+		// release).
+		ctx, cancel := context.WithDeadline(context.Background(), dl)
+		sent := time.Now()
+		_, err = l.do(ctx, "LOCK.RENEW", l.key, l.owner, arg)
+		cancel()
+		var se ServerError
+		switch {
+		case err == nil:
+			l.extend(sent, ttl)
+			next = sent.Add(renewPeriod(ttl))
+		case errors.As(err, &se):
+			if errors.Is(l.failed(err), ErrLost) {
+				return
+			}
+			next = time.Now().Add(retryPeriod(ttl))
+		default:
+			// Transport trouble: try again soon; the deadline ends it.
+			next = time.Now().Add(retryPeriod(ttl))
+		}
+	}
+}
