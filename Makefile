@@ -68,6 +68,7 @@ test: build servers python-env node-env ## Run every test: unit tests and model 
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release -p redislock-client || exit 1; \
 	  (cd python && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CURDIR)/$(PYENV)/bin/pytest tests) || exit 1; \
 	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
+	  $(MAKE) --no-print-directory go-test-on GO_ON="$$env" || exit 1; \
 	done
 
 model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
@@ -89,6 +90,7 @@ lint: python-env node-env ## rustfmt and clippy over the workspace (module, clie
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	$(PYENV)/bin/ruff check python
 	cd node && npm run --silent lint
+	$(MAKE) --no-print-directory go-lint
 
 bench: build python-env node-env ## Every benchmark: the module vs the recipes and raw Redis, Redlock vs rslock, Python and Node locks (< 15 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench
@@ -177,6 +179,44 @@ bench-node: build node-env ## Node locks compared: this client vs redlock and re
 	cd node && LOCK_MODULE=$(CURDIR)/$(MODULE) npm run --silent bench:only
 
 .PHONY: node-env node-test bench-node
+
+# The Go module (go/). Go comes from PATH or /usr/local/go, else Debian's
+# golang-go; a Go older than go.mod's line fetches the pinned toolchain
+# through the Go module proxy (GOTOOLCHAIN=auto, Go 1.21 and later). go.sum
+# pins every dependency; staticcheck is run at a pinned version.
+GO := $(firstword $(shell command -v go 2>/dev/null) $(wildcard /usr/local/go/bin/go) go)
+GO_DRIVER := target/go/conformance-driver
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+go-env: ## The Go client's toolchain (Go, and a C compiler for the race detector) and its pinned modules
+	@command -v $(GO) >/dev/null 2>&1 || { echo "installing golang-go"; $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends golang-go gcc libc6-dev; }
+	@command -v gcc >/dev/null 2>&1 || command -v clang >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gcc libc6-dev; }
+	cd go && GOTOOLCHAIN=auto $(GO) mod download
+
+go-build: go-env ## The Go client and its conformance driver (target/go/conformance-driver)
+	cd go && GOTOOLCHAIN=auto $(GO) build ./... && GOTOOLCHAIN=auto $(GO) build -o $(CURDIR)/$(GO_DRIVER) ./cmd/conformance-driver
+
+# One server's run of the Go suite; GO_ON is that server's environment.
+go-test-on: go-build
+	cd go && env LOCK_MODULE=$(CURDIR)/$(MODULE) $(GO_ON) GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...
+
+go-test: build servers go-env ## The Go client's suite (go test -race, real servers) on each of the four servers
+	@for server in $(SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
+	  echo "=== $$server: Go ==="; \
+	  $(MAKE) --no-print-directory go-test-on GO_ON="$$env" || exit 1; \
+	done
+
+go-lint: go-env ## go vet, staticcheck (pinned) and gofmt over the Go module
+	cd go && GOTOOLCHAIN=auto $(GO) vet ./...
+	cd go && GOTOOLCHAIN=auto $(GO) run $(STATICCHECK) ./...
+	cd go && test -z "$$(GOTOOLCHAIN=auto $$($(GO) env GOROOT)/bin/gofmt -l .)" || { $$($(GO) env GOROOT)/bin/gofmt -l .; exit 1; }
+
+.PHONY: go-env go-build go-test-on go-test go-lint
 
 # `make dist`: the tarball a user installs without Rust,
 # $(DIST)/redislock-<version>-<target>.tar.gz, and its .sha256 beside it.
