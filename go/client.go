@@ -240,11 +240,12 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"LOCK.ACQUIRE", key, owner, ttlArg}
-	args = append(args, md.args()...)
+	base := []string{"LOCK.ACQUIRE", key, owner, ttlArg}
+	base = append(base, md.args()...)
 	if o.ephemeral {
-		args = append(args, "EPHEMERAL")
+		base = append(base, "EPHEMERAL")
 	}
+	args := base
 	if wait {
 		w := "0"
 		if o.waitSet {
@@ -252,8 +253,9 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 				return nil, err
 			}
 		}
-		args = append(args, "WAIT", w)
+		args = append(args[:len(args):len(args)], "WAIT", w)
 	}
+	called := time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, cancelled(err)
 	}
@@ -286,7 +288,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 				// have happened. Release it in the background (best effort:
 				// the lease ends it otherwise).
 				c.putLink(l)
-				c.releaseLater(key, owner, nil, time.Now().Add(o.ttl))
+				c.releaseLater(key, owner, false, nil, time.Now().Add(o.ttl))
 				return nil, err
 			}
 			if dropsConnection(err) {
@@ -332,8 +334,25 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 				return nil, cancelled(ctx.Err())
 			}
 			if _, err := rr.result(); err != nil {
-				c.abandon(l, key, owner, o.ttl, false, nil, true)
 				var se ServerError
+				if errors.As(err, &se) && errors.Is(mapServerError(se), ErrNotOwner) {
+					// The grant was gone before its confirmation (a DEL, a
+					// failover, and someone else took it): it was not a
+					// hold. Wait again within what is left of the wait.
+					c.putLink(l)
+					w := "0"
+					if o.waitSet {
+						left := o.wait - time.Since(called)
+						if left <= 0 {
+							return nil, ErrTimedOut
+						}
+						w, _ = ms(left, 0, "the wait")
+					}
+					args = append(base[:len(base):len(base)], "WAIT", w)
+					hop = -1
+					continue
+				}
+				c.abandon(l, key, owner, o.ttl, false, nil, true)
 				if errors.As(err, &se) {
 					return nil, mapServerError(se)
 				}
@@ -396,7 +415,7 @@ func (c *Client) abandon(l *link, key, owner string, ttl time.Duration, parked b
 			// owner's earlier holds in place).
 			rel := <-l.send("LOCK.RELEASE", key, owner)
 			if rel.err != nil {
-				c.releaseLater(key, owner, nil, time.Now().Add(ttl))
+				c.releaseLater(key, owner, false, nil, time.Now().Add(ttl))
 			}
 		}
 	})
@@ -440,16 +459,20 @@ func (c *Client) unblock(l *link) {
 // server says the owner holds nothing) or until, at the lease end, there
 // is nothing left to release. bound, when set, is the ephemeral hold's own
 // connection, used first (and closed after).
-func (c *Client) releaseLater(key, owner string, bound *link, until time.Time) {
+func (c *Client) releaseLater(key, owner string, all bool, bound *link, until time.Time) {
+	args := []string{"LOCK.RELEASE", key, owner}
+	if all {
+		args = append(args, "ALL")
+	}
 	c.spawn(func() {
 		delay := 5 * time.Millisecond
 		for time.Now().Before(until) {
 			ctx, cancel := context.WithDeadline(context.Background(), until)
 			var err error
 			if bound != nil && !bound.isDead() {
-				_, err = bound.do(ctx, "LOCK.RELEASE", key, owner)
+				_, err = bound.do(ctx, args...)
 			} else {
-				_, err = c.exec(ctx, key, "LOCK.RELEASE", key, owner)
+				_, err = c.exec(ctx, key, args...)
 			}
 			cancel()
 			var se ServerError

@@ -147,8 +147,7 @@ func (s *Semaphore) take(ctx context.Context, owner string, wait bool, opts []Op
 }
 
 // Resume continues a hold another process took, from its owner token: a
-// renew confirms it (ErrLost with ReasonNotOwner if it is no longer
-// held), then it is watched and renewed like one taken here. fence is
+// renew confirms it (ErrNotOwner if it is no longer held), then it is watched and renewed like one taken here. fence is
 // what the taker read (0: read it from the server).
 func (c *Client) Resume(ctx context.Context, key, owner string, fence int64, opts ...Option) (*Lock, error) {
 	o := collect(opts)
@@ -163,11 +162,7 @@ func (c *Client) Resume(ctx context.Context, key, owner string, fence int64, opt
 	if _, err := c.exec(ctx, key, "LOCK.RENEW", key, owner, arg); err != nil {
 		var se ServerError
 		if errors.As(err, &se) {
-			if m := mapServerError(se); errors.Is(m, ErrNotOwner) {
-				return nil, &LostError{Reason: ReasonNotOwner}
-			} else {
-				return nil, m
-			}
+			return nil, mapServerError(se)
 		}
 		return nil, err
 	}

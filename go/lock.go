@@ -40,6 +40,8 @@ type Lock struct {
 	renew    bool
 	dog      *watchdog
 	ended    bool
+	// renewed is the send time of the last confirmed renew.
+	renewed time.Time
 }
 
 // watchdog is a running watchdog goroutine: close stop to end it, then
@@ -55,6 +57,7 @@ func (c *Client) start(key, owner string, fence int64, o options, sent time.Time
 	l := &Lock{
 		c: c, key: key, owner: owner, fence: fence, ctx: ctx, cancel: cancel,
 		bound: bound, ttl: o.ttl, deadline: deadline(sent, o.ttl), renew: !o.noRenew,
+		renewed: sent,
 	}
 	if bound != nil {
 		// The server ends the hold when this connection closes; say so at
@@ -239,10 +242,13 @@ func (l *Lock) extend(sent time.Time, ttl time.Duration) {
 	if l.lost != nil || l.released {
 		return
 	}
-	l.ttl = ttl
-	if d := deadline(sent, ttl); d.After(l.deadline) {
+	// Renews can overlap (the watchdog's and a manual one): keep the later
+	// deadline, unless the lease itself changed (a shorter one ends sooner).
+	if d := deadline(sent, ttl); d.After(l.deadline) || ttl != l.ttl {
 		l.deadline = d
 	}
+	l.ttl = ttl
+	l.renewed = sent
 	if l.dog != nil {
 		select {
 		case l.dog.moved <- struct{}{}:
@@ -269,20 +275,30 @@ func (l *Lock) StopRenewing() {
 // that does not complete (ctx ended, transport error) leaves the hold
 // reported lost (ReasonReleaseUnconfirmed) and is retried in the
 // background until it lands or the lease ends.
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, false) }
+
+// ReleaseAll ends every hold of this owner on the lock, whatever its count
+// (reentries through the same Handle or RWMutex included).
+func (l *Lock) ReleaseAll(ctx context.Context) error { return l.release(ctx, true) }
+
+func (l *Lock) release(ctx context.Context, all bool) error {
 	if err := l.usable(); err != nil {
 		l.stopWatchdog(ctx)
 		l.unbind()
 		return err
 	}
 	if !l.stopWatchdog(ctx) {
-		return l.unconfirmed(nil)
+		return l.unconfirmed(cancelled(ctx.Err()), all)
 	}
 	if err := l.usable(); err != nil {
 		l.unbind()
 		return err
 	}
-	_, err := l.do(ctx, "LOCK.RELEASE", l.key, l.owner)
+	args := []string{"LOCK.RELEASE", l.key, l.owner}
+	if all {
+		args = append(args, "ALL")
+	}
+	_, err := l.do(ctx, args...)
 	if err == nil {
 		l.mu.Lock()
 		l.released = true
@@ -298,12 +314,12 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.unbind()
 		return err
 	}
-	return l.unconfirmed(err)
+	return l.unconfirmed(err, all)
 }
 
 // unconfirmed: a release that did not complete. The hold is reported lost
 // first, then the release is retried in the background.
-func (l *Lock) unconfirmed(cause error) error {
+func (l *Lock) unconfirmed(cause error, all bool) error {
 	l.lose(ReasonReleaseUnconfirmed)
 	l.mu.Lock()
 	until := l.deadline.Add(Drift(l.ttl))
@@ -313,7 +329,7 @@ func (l *Lock) unconfirmed(cause error) error {
 	if l.unbindWatch != nil {
 		l.unbindWatch()
 	}
-	l.c.releaseLater(l.key, l.owner, bound, until)
+	l.c.releaseLater(l.key, l.owner, all, bound, until)
 	err := l.Lost()
 	if cause != nil {
 		return errors.Join(err, cause)
@@ -369,7 +385,7 @@ func (l *Lock) stopWatchdog(ctx context.Context) bool {
 
 func (l *Lock) watch(d *watchdog, renew bool) {
 	l.mu.Lock()
-	next := time.Now().Add(renewPeriod(l.ttl))
+	next := l.renewed.Add(renewPeriod(l.ttl))
 	l.mu.Unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -386,6 +402,11 @@ func (l *Lock) watch(d *watchdog, renew bool) {
 		case <-d.stop:
 			return
 		case <-d.moved:
+			// A manual renew, perhaps for another ttl: the next renewal
+			// is a third of that ttl after it.
+			l.mu.Lock()
+			next = l.renewed.Add(renewPeriod(l.ttl))
+			l.mu.Unlock()
 			continue
 		case <-timer.C:
 		}

@@ -358,8 +358,8 @@ func TestResumeContinuesAHoldByItsOwnerToken(t *testing.T) {
 	if s.owners(t, "job") != nil {
 		t.Fatal("still held after the worker's release")
 	}
-	if _, err := worker.Resume(bg, "job", l.Owner(), 0); !errors.Is(err, ErrLost) {
-		t.Fatalf("resuming a released hold: %v, want ErrLost", err)
+	if _, err := worker.Resume(bg, "job", l.Owner(), 0); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("resuming a released hold: %v, want ErrNotOwner", err)
 	}
 }
 
@@ -386,4 +386,73 @@ func TestLockerAdaptsToSyncLocker(t *testing.T) {
 	if n != 40 {
 		t.Fatalf("counter %d, want 40: the Locker let two in at once", n)
 	}
+}
+
+func TestWatchdogRenewsForTheNewTTLAfterRenewFor(t *testing.T) {
+	s := startServer(t)
+	c := s.client(t)
+	l, err := c.Lock(bg, "k", WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RenewFor(bg, 600*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Three leases of the new ttl later the watchdog has kept the hold,
+	// renewing for the new ttl (not a third of the old one).
+	if time.Until(l.Deadline()) > 600*time.Millisecond {
+		t.Fatalf("deadline %v away after renewing for 600 ms", time.Until(l.Deadline()))
+	}
+	time.Sleep(1800 * time.Millisecond)
+	if !l.Held() {
+		t.Fatalf("lost: %v", l.Lost())
+	}
+	pttl, _ := s.rdb.PTTL(bg, "k").Result()
+	if pttl <= 0 || pttl > 600*time.Millisecond {
+		t.Fatalf("PTTL %v, want at most the new 600 ms", pttl)
+	}
+	_ = l.Release(bg)
+}
+
+func TestAGrantGoneBeforeItsConfirmingRenewWaitsAgain(t *testing.T) {
+	s := startServer(t)
+	c := s.client(t)
+	if err := s.rdb.Do(bg, "LOCK.ACQUIRE", "k", "other", "30000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(bg, "k", WithTTL(600*time.Millisecond), WithWait(20*time.Second))
+		done <- result{l, err}
+	}()
+	waitFor(t, "the waiter parks", 5*time.Second, func() bool { return s.waiters("k") == 1 })
+	time.Sleep(250 * time.Millisecond) // past a third of its lease: the grant needs confirming
+	// Grant it, then delete the lock and let a thief take it, all before
+	// the waiter's confirming renew can arrive.
+	pipe := s.rdb.Pipeline()
+	pipe.Do(bg, "LOCK.RELEASE", "k", "other")
+	pipe.Do(bg, "DEL", "k")
+	pipe.Do(bg, "LOCK.ACQUIRE", "k", "thief", "600000")
+	if _, err := pipe.Exec(bg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the waiter queues again", 5*time.Second, func() bool { return s.waiters("k") == 1 })
+	select {
+	case r := <-done:
+		t.Fatalf("returned instead of waiting again: %v", r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.rdb.Do(bg, "LOCK.RELEASE", "k", "thief")
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got := s.owners(t, "k"); len(got) != 1 || got[0] != r.l.Owner() {
+		t.Fatalf("holders %v, want the waiter", got)
+	}
+	_ = r.l.Release(bg)
 }

@@ -386,7 +386,11 @@ func (d *driver) onHandle(verb string, h *handle, a map[string]string) string {
 			err = l.Renew(ctx)
 		}
 	case "release":
-		err = l.Release(ctx)
+		if a["all"] == "1" {
+			err = l.ReleaseAll(ctx)
+		} else {
+			err = l.Release(ctx)
+		}
 	}
 	if err != nil {
 		// The loss event comes before the reply that reports it.
