@@ -365,7 +365,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 		} else {
 			c.putLink(l)
 		}
-		return c.start(key, owner, fence, o, sent, bound), nil
+		return c.start(key, owner, fence, o, sent, bound, nil), nil
 	}
 }
 

@@ -29,6 +29,8 @@ type Lock struct {
 	bound *link
 	// onEnd, when set, runs once when the hold ends (released or lost).
 	onEnd func()
+	// quorum, for a Redlock hold, runs its commands on every server.
+	quorum *quorum
 	// unbindWatch stops the watch on bound.
 	unbindWatch func()
 
@@ -52,12 +54,12 @@ type watchdog struct {
 	moved chan struct{}
 }
 
-func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link) *Lock {
+func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link, q *quorum) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{
 		c: c, key: key, owner: owner, fence: fence, ctx: ctx, cancel: cancel,
 		bound: bound, ttl: o.ttl, deadline: deadline(sent, o.ttl), renew: !o.noRenew,
-		renewed: sent,
+		renewed: sent, quorum: q,
 	}
 	if bound != nil {
 		// The server ends the hold when this connection closes; say so at
@@ -229,6 +231,9 @@ func (l *Lock) failed(err error) error {
 // do runs a command of this hold: on its own connection when ephemeral
 // (it needs no pooled one), else on a lent one.
 func (l *Lock) do(ctx context.Context, args ...string) (any, error) {
+	if l.quorum != nil {
+		return l.quorum.do(ctx, args...)
+	}
 	if l.bound != nil {
 		return l.bound.do(ctx, args...)
 	}
@@ -329,7 +334,11 @@ func (l *Lock) unconfirmed(cause error, all bool) error {
 	if l.unbindWatch != nil {
 		l.unbindWatch()
 	}
-	l.c.releaseLater(l.key, l.owner, all, bound, until)
+	if l.quorum != nil {
+		l.quorum.releaseLater(l.key, l.owner, all, until)
+	} else {
+		l.c.releaseLater(l.key, l.owner, all, bound, until)
+	}
 	err := l.Lost()
 	if cause != nil {
 		return errors.Join(err, cause)

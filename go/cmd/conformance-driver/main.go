@@ -35,6 +35,7 @@ type driver struct {
 
 	mu      sync.Mutex
 	client  *redislock.Client
+	red     *redislock.Redlock
 	rdb     redis.UniversalClient
 	handles map[string]*handle
 	objs    map[string]any
@@ -111,11 +112,14 @@ func (d *driver) run(verb string, a map[string]string) string {
 		return d.connect(a)
 	case "leaks":
 		d.mu.Lock()
-		c := d.client
+		c, red := d.client, d.red
 		d.mu.Unlock()
 		n := 0
 		if c != nil {
 			n = c.Running()
+		}
+		if red != nil {
+			n += red.Running()
 		}
 		return fmt.Sprintf("ok running=%d", n)
 	}
@@ -143,6 +147,23 @@ func (d *driver) run(verb string, a map[string]string) string {
 func (d *driver) connect(a map[string]string) string {
 	var rdb redis.UniversalClient
 	switch a["topology"] {
+	case "redlock":
+		var rdbs []redis.UniversalClient
+		for _, u := range strings.Split(a["urls"], ",") {
+			opt, err := redis.ParseURL(u)
+			if err != nil {
+				return "err bad-request " + err.Error()
+			}
+			rdbs = append(rdbs, redis.NewClient(opt))
+		}
+		red, err := redislock.NewRedlock(rdbs...)
+		if err != nil {
+			return errReply(err)
+		}
+		d.mu.Lock()
+		d.red, d.client = red, redislock.New(rdbs[0])
+		d.mu.Unlock()
+		return "ok"
 	case "", "single":
 		opt, err := redis.ParseURL(a["url"])
 		if err != nil {
@@ -241,6 +262,24 @@ func (d *driver) acquire(c *redislock.Client, a map[string]string) string {
 
 	obj := a["obj"]
 	var l *redislock.Lock
+	d.mu.Lock()
+	red := d.red
+	d.mu.Unlock()
+	if red != nil {
+		if k := a["kind"]; k != "" && k != "lock" {
+			return "err unsupported kind=" + k + " over Redlock"
+		}
+		if wait {
+			l, err = red.Lock(ctx, key, opts...)
+		} else {
+			l, err = red.TryLock(ctx, key, opts...)
+		}
+		if err != nil {
+			return errReply(err)
+		}
+		d.track(name, l)
+		return fmt.Sprintf("ok fence=%d owner=%s", l.Fence(), l.Owner())
+	}
 	switch kind := a["kind"]; kind {
 	case "", "lock":
 		var h *redislock.Handle
