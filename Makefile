@@ -213,10 +213,14 @@ go-test: build servers go-env ## The Go client's suite (go test -race, real serv
 
 go-lint: go-env ## go vet, staticcheck (pinned) and gofmt over the Go module
 	cd go && GOTOOLCHAIN=auto $(GO) vet ./...
+	cd go/bench && GOTOOLCHAIN=auto $(GO) vet ./...
 	cd go && GOTOOLCHAIN=auto $(GO) run $(STATICCHECK) ./...
 	cd go && test -z "$$(GOTOOLCHAIN=auto $$($(GO) env GOROOT)/bin/gofmt -l .)" || { $$($(GO) env GOROOT)/bin/gofmt -l .; exit 1; }
 
-.PHONY: go-env go-build go-test-on go-test go-lint
+bench-go: build go-env ## Go locks compared on one server: this client vs redsync, rueidislock and bsm/redislock (pinned in go/bench/go.sum; < 1 min)
+	cd go/bench && GOTOOLCHAIN=auto $(GO) build -o $(CURDIR)/target/go/bench . && LOCK_MODULE=$(CURDIR)/$(MODULE) $(CURDIR)/target/go/bench
+
+.PHONY: go-env go-build go-test-on go-test go-lint bench-go
 
 # `make dist`: the tarball a user installs without Rust,
 # $(DIST)/redislock-<version>-<target>.tar.gz, and its .sha256 beside it.
