@@ -241,3 +241,25 @@ func indexOf(s, sub string) int {
 	}
 	return -1
 }
+
+// A wait sent while writes are paused is not parked in the lock's queue
+// yet (the server postponed it): the cancel must not CLIENT UNBLOCK it
+// then (Redis 7.0 crashes on an UNBLOCK of a postponed client), and the
+// grant that comes at the pause's end is released.
+func TestCancelOfAWaitPostponedByAPauseReleasesTheGrant(t *testing.T) {
+	s := startServer(t)
+	c := s.client(t)
+	s.pauseWrites(t, 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(ctx, "k", WithWait(10*time.Second)); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("a wait on a paused server: %v, want ErrCancelled", err)
+	}
+	waitFor(t, "no background activity", 3*time.Second, func() bool { return c.Running() == 0 })
+	if err := s.rdb.Ping(bg).Err(); err != nil {
+		t.Fatalf("the server is gone: %v", err)
+	}
+	if s.owners(t, "k") != nil {
+		t.Fatal("the grant that came after the pause is still held")
+	}
+}

@@ -407,7 +407,7 @@ func (c *Client) abandon(l *link, key, owner string, ttl time.Duration, parked b
 	c.spawn(func() {
 		defer c.putLink(l)
 		if !granted {
-			r := c.awaitAfterCancel(l, pending, parked)
+			r := c.awaitAfterCancel(l, key, pending, parked)
 			_, granted = r.v.(int64)
 		}
 		if granted {
@@ -426,7 +426,7 @@ func (c *Client) abandon(l *link, key, owner string, ttl time.Duration, parked b
 // an unblock that reached the server before the acquire found nothing to
 // wake). A plain UNBLOCK after a grant changes nothing: the reply is then
 // the fence, and the caller releases it.
-func (c *Client) awaitAfterCancel(l *link, pending chan reply, parked bool) reply {
+func (c *Client) awaitAfterCancel(l *link, key string, pending chan reply, parked bool) reply {
 	if !parked {
 		return <-pending
 	}
@@ -439,20 +439,50 @@ func (c *Client) awaitAfterCancel(l *link, pending chan reply, parked bool) repl
 			return r
 		case <-t.C:
 		}
-		c.unblock(l)
+		c.unblock(l, key)
 		delay = min(2*delay+5*time.Millisecond, 200*time.Millisecond)
 	}
 }
 
-func (c *Client) unblock(l *link) {
+// unblock wakes l's parked wait, but only once LOCK.QUEUE lists it: a
+// command the server postponed (writes paused) is not parked yet, and
+// Redis 7.0 crashes on a CLIENT UNBLOCK of a postponed client.
+func (c *Client) unblock(l *link, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	u, err := c.getLink(ctx, l.ep)
 	if err != nil {
 		return
 	}
+	defer c.putLink(u)
+	v, err := u.do(ctx, "LOCK.QUEUE", key)
+	if err != nil || !queued(v, l.id) {
+		return
+	}
 	_, _ = u.do(ctx, "CLIENT", "UNBLOCK", l.id)
-	c.putLink(u)
+}
+
+// queued: whether a LOCK.QUEUE reply lists the client id.
+func queued(v any, id string) bool {
+	entries, _ := v.([]any)
+	for _, e := range entries {
+		fields, _ := e.([]any)
+		for i := 0; i+1 < len(fields); i += 2 {
+			if fields[i] == "client" {
+				switch got := fields[i+1].(type) {
+				case int64:
+					if strconv.FormatInt(got, 10) == id {
+						return true
+					}
+				case string:
+					if got == id {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // releaseLater retries a release in the background until it lands (or the

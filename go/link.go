@@ -57,6 +57,9 @@ type link struct {
 func openLink(ctx context.Context, ep Endpoint) (*link, error) {
 	nc, err := ep.Dial(ctx, ep.Addr)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, cancelled(ctx.Err())
+		}
 		return nil, transportError(err)
 	}
 	l := &link{nc: nc, ep: ep, w: bufio.NewWriter(nc), closed: make(chan struct{})}
