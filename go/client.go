@@ -107,6 +107,19 @@ func (c *Client) putLink(l *link) {
 	l.close()
 }
 
+// dropIdle closes the idle connections to addr: after a READONLY they all
+// lead to a node that is no longer the master, and the next call must ask
+// the topology again.
+func (c *Client) dropIdle(addr string) {
+	c.mu.Lock()
+	idle := c.idle[addr]
+	delete(c.idle, addr)
+	c.mu.Unlock()
+	for _, l := range idle {
+		l.close()
+	}
+}
+
 // dropLink closes a lent connection (an ephemeral hold's, once over).
 func (c *Client) dropLink(l *link) {
 	l.close()
@@ -167,6 +180,7 @@ func (c *Client) exec(ctx context.Context, key string, args ...string) (any, err
 		}
 		if dropsConnection(err) {
 			l.close()
+			c.dropIdle(ep.Addr)
 		}
 		c.putLink(l)
 		if kind, addr, ok := redirect(err); ok && hop < 5 {
@@ -293,6 +307,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 			}
 			if dropsConnection(err) {
 				l.close()
+				c.dropIdle(ep.Addr)
 			}
 			c.putLink(l)
 			if kind, addr, ok := redirect(err); ok && hop < 5 {
