@@ -290,6 +290,15 @@ func (l *Lock) release(ctx context.Context, all bool) error {
 	if err := l.usable(); err != nil {
 		l.stopWatchdog(ctx)
 		l.unbind()
+		// A Redlock hold lost for want of a majority may still be held on
+		// a minority of its servers: free them rather than wait for the
+		// lease.
+		if l.quorum != nil && errors.Is(err, ErrLost) {
+			l.mu.Lock()
+			until := l.deadline.Add(Drift(l.ttl))
+			l.mu.Unlock()
+			l.quorum.releaseLater(l.key, l.owner, all, until)
+		}
 		return err
 	}
 	if !l.stopWatchdog(ctx) {

@@ -132,13 +132,17 @@ func (r *Redlock) round(ctx context.Context, key, owner string, o options) (*Loc
 	var got []int
 	var top int64
 	var firstErr error
+	failed := 0
 	for range r.clients {
 		g := <-grants
 		if g.err == nil {
 			got = append(got, g.i)
 			top = max(top, g.fence)
-		} else if firstErr == nil && !errors.Is(g.err, ErrNotObtained) && !errors.Is(g.err, ErrCancelled) {
-			firstErr = g.err
+		} else if !errors.Is(g.err, ErrNotObtained) && !errors.Is(g.err, ErrCancelled) {
+			failed++
+			if firstErr == nil {
+				firstErr = g.err
+			}
 		}
 	}
 	q := &quorum{clients: r.clients, need: r.need}
@@ -164,7 +168,9 @@ func (r *Redlock) round(ctx context.Context, key, owner string, o options) (*Loc
 	if ctx.Err() != nil {
 		return nil, cancelled(ctx.Err())
 	}
-	if len(got) == 0 && firstErr != nil {
+	// Some servers down is what Redlock is for: only when every server
+	// failed is the failure the answer.
+	if failed == len(r.clients) {
 		return nil, firstErr
 	}
 	return nil, ErrNotObtained
