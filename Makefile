@@ -243,6 +243,7 @@ bench-go: build go-env ## Go locks compared on one server: this client vs redsyn
 CONFORMANCE_CLIENTS += go
 DRIVER_go := $(CURDIR)/$(GO_DRIVER)
 test: go-build
+conformance: go-build
 
 .PHONY: go-env go-build go-test-on go-test go-lint bench-go
 
