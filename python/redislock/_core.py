@@ -651,16 +651,27 @@ class LockCore:
     def _abandon(self, token: bytes) -> Steps:
         """Release what an interrupted acquisition may have been granted: a
         hold whose token nobody knows keeps everyone out for its whole lease.
-        Not for a reentry: it may or may not have counted, and a release
-        could end the hold itself."""
-        yield Cleanup(self._releasing_abandoned(token))
+        In the background, so the interruption is not held up by a server
+        that is slow to answer (the acquiring connection is closed already,
+        so no grant can come after this release). Not for a reentry: it may
+        or may not have counted, and a release could end the hold itself."""
+        yield Background(self._releasing_abandoned(token))
 
     def _releasing_abandoned(self, token: bytes) -> Steps:
-        try:
-            yield from self._call("LOCK.RELEASE", self.name, token)
-        except Exception as e:  # the caller sees the failure that brought us here
-            if not (isinstance(e, ResponseError) and hold_is_gone(e)):
-                self._log.warning("releasing %r after a failed acquire failed: %s", self.name, e)
+        lease_end = time.monotonic() + self.lease
+        while True:
+            try:
+                yield from self._call("LOCK.RELEASE", self.name, token, "ALL")
+                return
+            except ResponseError as e:
+                if not hold_is_gone(e):
+                    self._log.warning("releasing %r after a failed acquire: %s", self.name, e)
+                return
+            except Exception as e:
+                if time.monotonic() >= lease_end:
+                    self._log.warning("releasing %r after a failed acquire: %s", self.name, e)
+                    return
+            yield Sleep(RETRY_DELAY)
 
     def _reading_info(self) -> Steps:
         """The lock's ``LOCK.INFO`` fields (None: free); ``OTHER_VALUE`` when
