@@ -10,10 +10,12 @@ How the protocol's ideas map to this client:
 
 - ``obj=``: one ``Lock``, ``ReadWriteLock`` or ``Semaphore`` per name, with
   redis-py's per-thread owners (``thread_local=True``); an object of one call
-  only is not per thread (any thread may release it).
+  only is not per thread (any thread may act on its hold).
 - ``thread=``: sync, a thread of that name runs every call naming it, one at
-  a time, and every later call about a hold it took; asyncio: tasks of one
-  event loop share a thread, so ``thread=`` changes nothing there.
+  a time, and every later call about a hold it took; calls through a named
+  object that name no thread share one thread of that object's (so they are
+  one owner, as the suite's read-write scenarios expect). asyncio: tasks of
+  one event loop share a thread, so ``thread=`` changes nothing there.
 - ``cancel=<ms>``: asyncio cancels the task. The sync API is interrupted as a
   blocking Python call is: ``KeyboardInterrupt`` (SIGINT) on the main
   thread, which runs every call that carries ``cancel=`` (one at a time). A
@@ -43,10 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
-import redis.asyncio.cluster  # noqa: E402
-import redis.asyncio.sentinel  # noqa: E402
-import redis.cluster  # noqa: E402
-import redis.sentinel  # noqa: E402
 from redis.exceptions import (  # noqa: E402
     ConnectionError,
     LockError,
@@ -318,6 +316,13 @@ class Driver:
         url = request.need("url")
         return topology, url
 
+    def release_count(self, request: Request, record: Record) -> int:
+        """How many releases ``release`` makes: one, or with ``all=1`` as many
+        as the hold's acquisitions through its object."""
+        if request.get("all", "0") != "1":
+            return 1
+        return max(1, record.hold.count)
+
     def status_text(self, record: Record) -> str:
         self.report_loss(record)
         hold = record.hold
@@ -446,6 +451,8 @@ class Sync(Driver):
 
         def job() -> None:
             try:
+                if cancel == 0:
+                    raise Cancelled("cancelled before it was sent")
                 if cancel is None:
                     text = fn()
                 else:
@@ -473,9 +480,13 @@ class Sync(Driver):
             if topology == "single":
                 self.client = redis.Redis.from_url(url)
             elif topology == "cluster":
-                self.client = redis.cluster.RedisCluster.from_url(url)
+                from redis.cluster import RedisCluster
+
+                self.client = RedisCluster.from_url(url)
             else:
-                sentinel = redis.sentinel.Sentinel([sentinel_address(url)])
+                from redis.sentinel import Sentinel
+
+                sentinel = Sentinel([sentinel_address(url)])
                 self.client = sentinel.master_for(request.need("master"))
             self.reply(request.id, "ok")
         elif verb == "acquire":
@@ -514,7 +525,9 @@ class Sync(Driver):
             elif request.get("cancel") is not None:
                 worker = self.main
             else:
-                worker = self.worker(f"h:{handle}")
+                # Unnamed calls through one object share a thread of its own,
+                # so they share the object's owner.
+                worker = self.worker(f"obj:{request.get('obj')}")
         record = Record(handle, lock, worker, private=private)
         self.records[handle] = record
 
@@ -586,7 +599,8 @@ class Sync(Driver):
             lock.renew(None if ttl is None else ttl / 1000)
         elif request.verb == "release":
             self.report_loss(record)
-            lock.release()
+            for _ in range(self.release_count(request, record)):
+                lock.release()
         else:
             lock.stop_renewal()
         return ""
@@ -648,6 +662,11 @@ class Async(Driver):
     def start(self, request: Request, coroutine: Any) -> None:
         cancel = request.ms("cancel")
 
+        if cancel == 0:  # cancelled before it started
+            coroutine.close()
+            self.failure(request, Cancelled("cancelled before it was sent"))
+            return
+
         async def run() -> None:
             task = asyncio.current_task()
             timer = None
@@ -674,9 +693,13 @@ class Async(Driver):
             if topology == "single":
                 self.client = redis.asyncio.Redis.from_url(url)
             elif topology == "cluster":
-                self.client = redis.asyncio.cluster.RedisCluster.from_url(url)
+                from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+                self.client = AsyncCluster.from_url(url)
             else:
-                sentinel = redis.asyncio.sentinel.Sentinel([sentinel_address(url)])
+                from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+                sentinel = AsyncSentinel([sentinel_address(url)])
                 self.client = sentinel.master_for(request.need("master"))
             self.reply(request.id, "ok")
         elif verb == "acquire":
@@ -775,7 +798,8 @@ class Async(Driver):
         elif request.verb == "release":
             self.report_loss(record)
             try:
-                await lock.release()
+                for _ in range(self.release_count(request, record)):
+                    await lock.release()
             finally:
                 self.report_loss(record)
                 watch = getattr(record, "watch", None)
