@@ -2,12 +2,15 @@
 (``lock.py``, threads) and the asyncio one (``asyncio.py``, tasks) drive it.
 
 Every operation that talks to the server (acquire, release, extend,
-reacquire, locked, owned, one renewal) is a generator here. It yields each
-piece of I/O it needs as a *step* (``Call``, ``Acquire``, ``RefreshSlots``,
-``Sleep``, ``Cleanup``), is sent the reply or has the failure thrown in, and
-returns the operation's result. A transport performs the steps, blocking or
-awaiting, and holds nothing else: the token, fence and lease bookkeeping,
-the renewer's deadline and loss rules, the argument and state checks, what
+reacquire, renew, resume, locked, owned, one renewal) is a generator here.
+It yields each piece of I/O it needs as a *step* (``Call``, ``Acquire``,
+``CallOn``, ``Unbind``, ``RefreshSlots``, ``Sleep``, ``Cleanup``,
+``Background``), is sent the reply or has the failure thrown in, and returns
+the operation's result. A transport performs the steps, blocking or
+awaiting, and looks after each ``Hold`` (its deadline timer, its renewal, its
+connection) with a keeper of its kind; it holds nothing else: the token,
+fence and lease bookkeeping, the deadline and loss rules, the argument and
+state checks, what
 each reply or error means (cluster redirections included) and how errors
 are translated cannot drift between the two. (psycopg 3 shares its protocol
 code between its sync and async connections in the same way.)
@@ -50,7 +53,7 @@ from ._common import (
     translate,
 )
 
-# How soon the renewer tries again after a transport error (it keeps trying
+# How soon a renewal is tried again after a transport error (it keeps trying
 # until the lease it knows of has ended).
 RETRY_DELAY = 0.1
 

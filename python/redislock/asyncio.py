@@ -4,7 +4,8 @@
 or ``redis.asyncio.RedisCluster`` (``r.lock(name, lock_class=Lock)``).
 
 The logic is the sync lock's, in ``_core``; this module performs its steps
-by awaiting and renews with tasks.
+by awaiting and looks after each hold with a timer, a renewal task and,
+for an ephemeral hold, the connection's protocol.
 
 Token storage is redis-py's: with ``thread_local=True`` (the default) the
 token lives in a ``threading.local``, so tasks of one event loop that share

@@ -1,9 +1,10 @@
 """The synchronous Lock: redis-py's ``redis.lock.Lock`` interface on ``LOCK.*``.
 
 The logic is in ``_core``; this module performs its steps with blocking I/O
-and renews with threads. Layout: the transport helpers (a blocking wait on a
-connection of its own, plain and cluster), the ``_Renewer`` (one daemon
-thread per hold), then ``Lock`` itself.
+and looks after each hold with daemon threads. Layout: the transport helpers
+(a blocking wait on a connection of its own, plain and cluster), a hold's
+``_Signal`` (its ``lost``) and ``_Keeper`` (deadline timer, renewal and
+connection watch threads), then ``Lock`` itself.
 """
 
 import logging
