@@ -200,6 +200,7 @@ class Hold:
         self.state = lock._Mutex()
         self.reason: Optional[str] = None
         self.ended = False  # released or forgotten: its loss is no longer watched
+        self.releasing = False  # a release is in flight
         self.lease_end = sent + lease
         self.deadline = sent + lease - drift_margin(lease)
         # When automatic renewal renews next: a third into the last lease
@@ -244,6 +245,15 @@ class Hold:
         else:
             self.keeper.stop()
             self.report(why)
+
+    def disconnected(self) -> None:
+        """An ephemeral hold's own connection closed: the server ended the
+        hold. During a release that is a release not confirmed (the client
+        gave up on it, or it was cut off), otherwise a plain disconnection."""
+        if self.releasing:
+            self.lose(RELEASE_UNCONFIRMED, "the connection closed during the release")
+        else:
+            self.lose(DISCONNECTED, "the ephemeral hold's connection closed")
 
     def report(self, why: str) -> None:
         """Log the loss and call ``on_lost``."""
@@ -699,6 +709,7 @@ class LockCore:
 
     def _releasing(self, hold: Hold) -> Steps:
         lost = hold.check()
+        hold.releasing = True
         try:
             remaining = yield from self._hold_call(hold, "LOCK.RELEASE", self.name, hold.token)
         except GeneratorExit:
@@ -718,6 +729,8 @@ class LockCore:
             if hold.binding is None:
                 yield Background(self._retrying_release(hold))
             raise
+        finally:
+            hold.releasing = False
         hold.count -= 1
         if int(remaining) == 0 or hold.count <= 0 or lost is not None:
             yield from self._forget(hold)

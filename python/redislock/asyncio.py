@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable, Literal, NamedTuple, Optional, Set
 
 from redis.exceptions import LockError, ResponseError, TimeoutError
 
-from ._common import DISCONNECTED, EXPIRED, read_timeout
+from ._common import EXPIRED, read_timeout
 from ._core import (
     Acquire,
     Background,
@@ -242,7 +242,7 @@ class _Keeper:
 
     def _closed(self) -> None:
         if not self.stopped:
-            self.hold.lose(DISCONNECTED, "the ephemeral hold's connection closed")
+            self.hold.disconnected()
 
     def rearm(self) -> None:
         self.changed.set()

@@ -7,6 +7,8 @@ and looks after each hold with daemon threads. Layout: the transport helpers
 connection watch threads), then ``Lock`` itself.
 """
 
+import heapq
+import itertools
 import logging
 import os
 import select
@@ -19,7 +21,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Type
 
 from redis.exceptions import LockError, ResponseError
 
-from ._common import DISCONNECTED, EXPIRED, read_timeout
+from ._common import EXPIRED, read_timeout
 from ._core import (
     Acquire,
     Background,
@@ -141,12 +143,70 @@ class _Signal(threading.Event):
         return True
 
 
+class _Deadlines:
+    """One daemon thread that fires the deadline of every hold of the
+    process (a thread per hold would cost a thread start per acquire). It
+    only sets signals, which cannot block; logging and ``on_lost`` run on a
+    thread of their own. It ends after a moment with nothing to watch."""
+
+    IDLE = 0.5  # seconds with no deadline before the thread ends
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.heap: list = []  # (when, sequence, keeper)
+        self.sequence = itertools.count()
+        self.thread: Optional[threading.Thread] = None
+
+    def arm(self, keeper: "_Keeper", when: float) -> None:
+        with self.cond:
+            heapq.heappush(self.heap, (when, next(self.sequence), keeper))
+            if self.thread is None:
+                self.thread = _start(self._run, "deadlines", "every lock")
+            elif self.heap[0][2] is keeper:
+                self.cond.notify()
+
+    def drop(self) -> None:
+        """A keeper stopped: let the thread drop its entry (and end when
+        none is left) instead of sleeping until that deadline."""
+        with self.cond:
+            self.cond.notify()
+
+    def _run(self) -> None:
+        self.cond.acquire()
+        try:
+            while True:
+                if not self.heap:
+                    if not self.cond.wait(self.IDLE) and not self.heap:
+                        self.thread = None
+                        return
+                    continue
+                when, _, keeper = self.heap[0]
+                if keeper.stopped or keeper.when != when:  # stale
+                    heapq.heappop(self.heap)
+                    continue
+                left = when - time.monotonic()
+                if left > 0:
+                    self.cond.wait(min(left, threading.TIMEOUT_MAX))
+                    continue
+                heapq.heappop(self.heap)
+                self.cond.release()
+                try:
+                    keeper.due()
+                finally:
+                    self.cond.acquire()
+        finally:
+            self.cond.release()
+
+
+_deadlines = _Deadlines()
+
+
 class _Keeper:
-    """The threads that look after one hold: a deadline timer (always), a
-    renewal loop (with automatic renewal) and, for an ephemeral hold, a
-    watch on its own connection. ``mutex`` is held while a ``LOCK.RENEW`` is
-    in flight and while the owner changes the lease or releases: so no
-    renewal is ever sent after a release."""
+    """What looks after one hold: its deadline (on the shared ``_Deadlines``
+    thread), a renewal thread (with automatic renewal) and, for an ephemeral
+    hold, a thread watching its own connection. ``mutex`` is held while a
+    ``LOCK.RENEW`` is in flight and while the owner changes the lease or
+    releases: so no renewal is ever sent after a release."""
 
     def __init__(self, lock: "Lock", hold: Hold):
         self.lock = lock
@@ -156,9 +216,9 @@ class _Keeper:
         # the hold's deadline changes.
         self.cond = threading.Condition()
         self.stopped = False
-        self.report: Optional[str] = None
         self.renewing = lock.auto_renewal
-        _start(self._timing, "deadline", lock.name)
+        self.when = 0.0  # the deadline timer armed last
+        self.rearm()
         if self.renewing:
             _start(self._renewing, "renew", lock.name)
         self.pipe: Optional[tuple] = None
@@ -169,6 +229,20 @@ class _Keeper:
     def rearm(self) -> None:
         with self.cond:
             self.cond.notify_all()
+            if self.stopped:
+                return
+            # A little before the deadline: ``_timer_lead``.
+            self.when = self.hold.deadline - _timer_lead()
+        _deadlines.arm(self, self.when)
+
+    def due(self) -> None:
+        """The deadline timer fired (on the shared thread)."""
+        if self.stopped:
+            return
+        if time.monotonic() < self.hold.deadline - _timer_lead():
+            self.rearm()  # renewed meanwhile
+            return
+        self.hold.lose(EXPIRED, "the lease ended before a renewal got through", defer=True)
 
     def stop_renewing(self) -> None:
         with self.cond:
@@ -176,35 +250,22 @@ class _Keeper:
             self.cond.notify_all()
 
     def stop(self, report: Optional[str] = None) -> None:
-        """Stop everything; ``report``: a loss for the timer thread to log
-        and call ``on_lost`` about (so the thread that noticed it goes on)."""
+        """Stop everything; ``report``: a loss to log and call ``on_lost``
+        about on a thread of its own (so the thread that noticed it goes on)."""
         with self.cond:
-            if report is not None and not self.stopped:
-                self.report = report
+            first = not self.stopped
             self.stopped = True
             self.renewing = False
             self.cond.notify_all()
             if self.pipe is not None:
                 os.write(self.pipe[1], b"x")
+        if first:
+            _deadlines.drop()
+        if report is not None and first:
+            _start(partial(self.hold.report, report), "lost", self.lock.name)
 
     def called_back(self, result: Any) -> None:
         pass
-
-    def _timing(self) -> None:
-        """Lose the hold at its deadline (a little before: ``_timer_lead``)."""
-        hold = self.hold
-        with self.cond:
-            while not self.stopped:
-                left = hold.deadline - _timer_lead() - time.monotonic()
-                if left <= 0:
-                    break
-                self.cond.wait(min(left, threading.TIMEOUT_MAX))
-            report, stopped = self.report, self.stopped
-        if report is not None:
-            hold.report(report)
-        if stopped:
-            return
-        hold.lose(EXPIRED, "the lease ended before a renewal got through")
 
     def _renewing(self) -> None:
         hold = self.hold
@@ -239,7 +300,7 @@ class _Keeper:
             os.close(self.pipe[1])
             self.pipe = None
         if closed and not stopped:
-            self.hold.lose(DISCONNECTED, "the ephemeral hold's connection closed")
+            self.hold.disconnected()
 
 
 # ---------------------------------------------------------------------------

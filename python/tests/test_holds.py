@@ -195,3 +195,22 @@ def test_a_lease_of_2_to_the_40_ms_holds_without_overflow(api, r, name):
     assert lock_info(r, name)["ttl"] > 2**39
     api.run(lock.release())
     assert lock_info(r, name) is None
+
+
+def test_an_ephemeral_release_that_did_not_complete_is_a_loss_and_ends_the_hold(server, r, name):
+    import redislock
+
+    client = server.client(socket_timeout=0.2)
+    lock = redislock.Lock(client, name, timeout=10, ephemeral=True)
+    assert lock.acquire()
+    r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+    try:
+        with pytest.raises(TimeoutError):
+            lock.release()  # on the hold's own connection, which times out
+        assert lock.lost.is_set() and lock.lost_reason == "release-unconfirmed"
+        assert not lock.held
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+    # Its connection is closed: the server ends the hold.
+    wait_until(lambda: lock_info(r, name) is None, 5, "the hold ended")
+    client.close()
