@@ -584,8 +584,7 @@ class Sync(Driver):
 
         def call() -> str:
             lock.resume(owner, fence)
-            self.granted(record)
-            return ""
+            return self.granted(record)
 
         self.run(request, call, None)
 
@@ -782,8 +781,7 @@ class Async(Driver):
 
         async def call() -> str:
             await lock.resume(owner, fence)
-            self.granted(record)
-            return ""
+            return self.granted(record)
 
         self.start(request, call())
 
