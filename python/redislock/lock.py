@@ -324,8 +324,14 @@ class Lock(LockCore):
     - Acquiring again with the same ``token`` reenters (the server counts);
       each ``release`` undoes one acquisition.
     - ``auto_renewal=True`` renews a lock with a ``timeout`` every third of
-      it; ``lost`` (an Event) and ``on_lost(lock)`` report a hold that ended
-      under it (a renewal refused, or its lease ran out unrenewed).
+      it; ``lost`` (an Event, this thread's last hold's) and ``on_lost(lock)``
+      report a hold that ended under it (a renewal refused, its lease ran out
+      unrenewed, its ephemeral connection closed, its release did not
+      complete), never after the server's lease end; ``lost_reason`` says
+      why and ``held`` whether this thread still holds it.
+    - ``renew(ttl)`` renews with a new lease, ``stop_renewal()`` stops the
+      automatic renewal without releasing, ``resume(token, fence)``
+      continues a hold another process took.
     """
 
     _Signal = _Signal
