@@ -435,9 +435,7 @@ class Sync(Driver):
 
     # -- where a call runs -----------------------------------------------------
 
-    def worker(self, name: Optional[str]) -> Worker:
-        if name is None:
-            return Worker("call")
+    def worker(self, name: str) -> Worker:
         with self.state:
             worker = self.workers.get(name)
             if worker is None:
@@ -468,8 +466,8 @@ class Sync(Driver):
             self.main.submit(job)
         elif worker is not None:
             worker.submit(job)
-        else:
-            Worker("call").submit(job)
+        else:  # a thread of this call only
+            threading.Thread(target=job, name=f"driver:{request.id}", daemon=True).start()
 
     # -- verbs ------------------------------------------------------------------
 
