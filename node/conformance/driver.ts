@@ -273,6 +273,11 @@ function cancelSignal(args: Args): { signal: AbortSignal | undefined; done: () =
     return { signal: undefined, done: () => undefined };
   }
   const controller = new AbortController();
+  if (ms === 0) {
+    // Cancelled before anything is sent.
+    controller.abort(new Error("cancelled at once"));
+    return { signal: controller.signal, done: () => undefined };
+  }
   const timer = setTimeout(() => controller.abort(new Error(`cancelled after ${ms} ms`)), ms);
   return { signal: controller.signal, done: () => clearTimeout(timer) };
 }

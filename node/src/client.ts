@@ -372,15 +372,27 @@ export class LockClient {
       // after a long wait the send time says little of it. A renew pins it
       // from its own send time, before the watchdog starts on it.
       const renewed = performance.now();
-      try {
-        await this.#backend.renew(name, owner, opts.ttl);
+      const confirm = this.#backend.renew(name, owner, opts.ttl);
+      const outcome = await abortable(
+        confirm.then(
+          () => null,
+          (err: unknown) => ({ err }),
+        ),
+        opts.signal,
+      );
+      if (outcome === null) {
         return this.#start(name, owner, fence, opts, renewed, link, shared);
-      } catch (err) {
-        link?.close();
-        if (!isGone(err)) {
-          this.#releaseLater(name, owner, shared);
-          throw err;
-        }
+      }
+      link?.close();
+      if (outcome === ABORTED) {
+        // Queued on the shared connection behind the renew: the hold goes
+        // whether the renew lands or not.
+        this.#releaseLater(name, owner, shared);
+        throw new LockAbortedError({ cause: opts.signal?.reason });
+      }
+      if (!isGone(outcome.err)) {
+        this.#releaseLater(name, owner, shared);
+        throw outcome.err;
       }
       if (opts.wait === 0 || (waitEnd !== null && performance.now() >= waitEnd)) {
         throw opts.wait === 0 ? new WouldBlockError() : new LockTimeoutError();
@@ -692,8 +704,14 @@ export class Semaphore {
 
 const ABORTED = Symbol("aborted");
 
-/** `work`'s result, or `ABORTED` as soon as `signal` aborts. */
-async function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+/** `work`'s result, or `ABORTED` as soon as `signal` aborts (or at once if it has). */
+async function abortable<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T | typeof ABORTED> {
+  if (signal === undefined) {
+    return work;
+  }
+  if (signal.aborted) {
+    return ABORTED;
+  }
   let stop: (() => void) | undefined;
   const aborted = new Promise<typeof ABORTED>((resolve) => {
     stop = () => resolve(ABORTED);

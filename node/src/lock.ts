@@ -313,7 +313,7 @@ export class Lock {
     this.#sent = sent;
     this.#ttl = ttl;
     this.#deadline = deadline(sent, ttl);
-    this.#watchdog?.moved();
+    this.#watchdog?.renewed(sent);
   }
 
   /**
@@ -416,7 +416,13 @@ class Watchdog {
     this.#schedule();
   }
 
-  /** A renew moved the deadline, or the lease or renewing changed. */
+  /** A renew sent at `sent` was confirmed: the next one is a third of the (maybe new) lease later. */
+  renewed(sent: number): void {
+    this.#nextRenew = sent + renewPeriod(this.lock.ttl);
+    this.moved();
+  }
+
+  /** The deadline, or whether the lock renews itself, changed. */
   moved(): void {
     if (this.#inflight === null && !this.#stopped) {
       this.#schedule();
@@ -486,7 +492,8 @@ class Watchdog {
     }
     switch (outcome) {
       case "ok":
-        this.#nextRenew = sent + renewPeriod(ttl);
+        // Sets the next renew, unless a later renew (a manual one, maybe
+        // with a new ttl) was confirmed first: it decides then.
         this.lock.confirmed(sent, ttl);
         break;
       case "gone":

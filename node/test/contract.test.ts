@@ -206,6 +206,34 @@ for (const lib of LIBS) {
       await waitUntil("nothing left running", 2_000, () => redislock.backgroundTasks() === running);
     });
 
+    test("the watchdog renews for the ttl a renew gave", async () => {
+      const k = key("new-ttl");
+      const lock = await locks.lock(k, { ttl: 30_000 });
+      await lock.renew(300);
+      await new Promise((r) => setTimeout(r, 700));
+      const pttl = Number(await admin.sendCommand(["PTTL", k]));
+      assert.ok(pttl > 0 && pttl <= 300, `PTTL ${pttl}`);
+      assert.equal(lock.isHeld, true);
+      await lock.release();
+    });
+
+    test("a cancel during the confirming renew of a long wait leaves nothing held", async () => {
+      const k = key("cancel-confirm");
+      const holder = await locks.lock(k, { ttl: 10_000 });
+      const controller = new AbortController();
+      const waiting = locks.lock(k, { ttl: 1_500, wait: 10_000, signal: controller.signal });
+      await waitUntil("the waiter is queued", 2_000, async () => (await locks.info(k))?.waiters === 1);
+      await new Promise((r) => setTimeout(r, 550));
+      // The grant, then writes paused: the confirming renew is held up.
+      await admin.multi().addCommand(["LOCK.RELEASE", k, holder.owner]).addCommand(["CLIENT", "PAUSE", "700", "WRITE"]).exec();
+      const granted = performance.now();
+      await new Promise((r) => setTimeout(r, 150));
+      controller.abort();
+      await assert.rejects(waiting, LockAbortedError);
+      await waitUntil("freed once writes resume", 2_000, async () => (await locks.info(k)) === null);
+      assert.ok(performance.now() - granted < 1_400, "freed by a release, not by its lease end");
+    });
+
     test("renew with a new ttl, stop renewing, resume by owner token in another client", async () => {
       const k = key("handover");
       const lock = await locks.lock(k, { ttl: 2_000 });
