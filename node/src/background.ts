@@ -93,19 +93,12 @@ export class LongTimer {
   }
 }
 
-/** Resolves after `ms` (any length), or at once when `signal` aborts. */
-export function pause(ms: number, signal?: AbortSignal): Promise<void> {
+/**
+ * Resolves after `ms` (any length). It does not keep the process alive: a
+ * background retry must not outlive an application that has finished.
+ */
+export function pause(ms: number): Promise<void> {
   return new Promise((resolve) => {
-    if (signal?.aborted) {
-      resolve();
-      return;
-    }
-    const done = () => {
-      timer.clear();
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = new LongTimer(performance.now() + ms, done, true);
-    signal?.addEventListener("abort", done, { once: true });
+    new LongTimer(performance.now() + ms, resolve);
   });
 }
