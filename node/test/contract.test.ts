@@ -53,6 +53,10 @@ for (const lib of LIBS) {
   describe(lib.name, () => {
     const locks = connectedClient(() => lib.single(server));
     const key = (name: string) => `${lib.name}:contract:${name}`;
+    // Client logic the adapter takes no part in is checked through one
+    // library (half through each), to keep the suite short; the
+    // conformance suite runs all of it through both.
+    const through = (name: string): typeof test => (lib.name === name ? test : ((() => undefined) as unknown as typeof test));
 
     test("every acquire path honours ephemeral: its own connection, closed means lost", async () => {
       const paths: Array<[string, (k: string) => Promise<Lock>]> = [
@@ -77,7 +81,7 @@ for (const lib of LIBS) {
       }
     });
 
-    test("a reader asking for the write side of its own handle is refused at once", async () => {
+    through("node-redis")("a reader asking for the write side of its own handle is refused at once", async () => {
       const k = key("upgrade");
       const rw = locks.readWriteLock(k);
       const read = await rw.readLock({ ttl: 10_000 });
@@ -105,7 +109,7 @@ for (const lib of LIBS) {
       await r2.release();
     });
 
-    test("a wait of 2^31 ms and more waits, and a 30-day lease arms no timer in a spin", async () => {
+    through("ioredis")("a wait of 2^31 ms and more waits, and a 30-day lease arms no timer in a spin", async () => {
       const k = key("long");
       const holder = await locks.lock(k, { ttl: 10_000 });
       const warnings: string[] = [];
@@ -157,7 +161,7 @@ for (const lib of LIBS) {
       await admin.sendCommand(["DEL", k, k2]);
     });
 
-    test("a grant whose confirming renew finds it gone is no hold: lock() waits again", async () => {
+    through("node-redis")("a grant whose confirming renew finds it gone is no hold: lock() waits again", async () => {
       const k = key("regrant");
       const holder = await locks.lock(k, { ttl: 10_000 });
       // A wait longer than a third of the ttl: the grant is confirmed by a renew.
@@ -191,7 +195,7 @@ for (const lib of LIBS) {
       await admin.sendCommand(["DEL", k]);
     });
 
-    test("a release that does not complete: the handle reports lost, the release lands later", async () => {
+    through("ioredis")("a release that does not complete: the handle reports lost, the release lands later", async () => {
       const k = key("unconfirmed");
       const running = redislock.backgroundTasks();
       const lock = await locks.lock(k, { ttl: 30_000 });
@@ -206,7 +210,7 @@ for (const lib of LIBS) {
       await waitUntil("nothing left running", 2_000, () => redislock.backgroundTasks() === running);
     });
 
-    test("the watchdog renews for the ttl a renew gave", async () => {
+    through("node-redis")("the watchdog renews for the ttl a renew gave", async () => {
       const k = key("new-ttl");
       const lock = await locks.lock(k, { ttl: 30_000 });
       await lock.renew(150);
@@ -217,7 +221,7 @@ for (const lib of LIBS) {
       await lock.release();
     });
 
-    test("a cancel during the confirming renew of a long wait leaves nothing held", async () => {
+    through("ioredis")("a cancel during the confirming renew of a long wait leaves nothing held", async () => {
       const k = key("cancel-confirm");
       const holder = await locks.lock(k, { ttl: 10_000 });
       const controller = new AbortController();
