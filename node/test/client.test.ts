@@ -185,7 +185,7 @@ for (const lib of LIBS) {
       await assert.rejects(lock.renew(), LockNotHeldError);
       assert.equal(lock.isLost, true);
       assert.ok(lock.lost.reason instanceof LockLostError);
-      assert.equal(lock.lost.reason.reason, "notowner");
+      assert.equal(lock.lost.reason.reason, "not-owner");
       await assert.rejects(lock.release(), LockNotHeldError);
     });
 
@@ -239,7 +239,7 @@ for (const lib of LIBS) {
         (e: unknown) => e,
       );
       assert.ok(err instanceof LockLostError, String(err));
-      assert.equal(err.reason, "notowner");
+      assert.equal(err.reason, "not-owner");
     });
 
     test("options are checked before anything is sent", async () => {

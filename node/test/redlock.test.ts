@@ -10,6 +10,7 @@ import {
   Redlock,
   type Transport,
 } from "../src/index.js";
+import * as redislock from "../src/index.js";
 import { LIBS, type Connected } from "./libs.js";
 import { Server, waitUntil } from "./servers.js";
 
@@ -37,6 +38,22 @@ for (const lib of LIBS) {
     after(async () => {
       await Promise.all(conns.map((c) => c.close()));
       await Promise.all(servers.map((s) => s.stop()));
+    });
+
+    test("ephemeral is refused with a clear error, and nothing is held", async () => {
+      for (const take of [
+        () => redlock.lock("eph", { ttl: 10_000, ephemeral: true }),
+        () => redlock.tryLock("eph", { ttl: 10_000, ephemeral: true }),
+      ]) {
+        await assert.rejects(take(), (err: unknown) => {
+          assert.ok(err instanceof redislock.LockRefusedError, String(err));
+          assert.match(err.message, /ephemeral/);
+          return true;
+        });
+      }
+      for (const server of servers) {
+        assert.equal(await exists(server, "eph"), false);
+      }
     });
 
     test("a majority grants; every method works; the release frees every server", async () => {
