@@ -169,12 +169,14 @@ func TestLossFiresBeforeTheServerLeaseEndsUnderClientPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Renewals are writes: the pause holds them until after the lease.
+	s.pauseWrites(t, 2*time.Second)
+	// Read once writes are paused (a read is not): no renewal moves the
+	// lease after this.
 	pexpire, err := s.rdb.Do(bg, "PEXPIRETIME", "k").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Renewals are writes: the pause holds them until after the lease.
-	s.pauseWrites(t, 2*time.Second)
 	select {
 	case <-l.Context().Done():
 	case <-time.After(3 * time.Second):
@@ -206,13 +208,13 @@ func TestLossFiresBeforeTheServerLeaseEndsUnderClientPause(t *testing.T) {
 func TestWatchdogSurvivesKilledConnectionsAndSeesNotOwner(t *testing.T) {
 	s := startServer(t)
 	c := s.client(t)
-	l, err := c.Lock(bg, "k", WithTTL(400*time.Millisecond))
+	l, err := c.Lock(bg, "k", WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
 		s.killClients(t)
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
 	}
 	if !l.Held() {
 		t.Fatalf("lost after killed connections: %v", l.Lost())
