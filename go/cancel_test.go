@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Cancellation at any point leaves nothing held and nothing running: after
@@ -261,5 +263,36 @@ func TestCancelOfAWaitPostponedByAPauseReleasesTheGrant(t *testing.T) {
 	}
 	if s.owners(t, "k") != nil {
 		t.Fatal("the grant that came after the pause is still held")
+	}
+}
+
+// A try whose reply does not come within its own lease is useless when it
+// comes: the call gives up at the lease's deadline as a cancel, and the
+// grant, if any, is released once the server answers.
+func TestATryWhoseReplyComesPastItsLeaseCountsAsCancelled(t *testing.T) {
+	s := startServer(t)
+	c := s.client(t)
+	// A connection already open, so that the try is sent while the
+	// server sleeps (not the connection's set-up).
+	warm, err := c.TryLock(bg, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(bg)
+	sleeper := redis.NewClient(&redis.Options{Addr: s.addr})
+	defer sleeper.Close()
+	go sleeper.Do(bg, "DEBUG", "SLEEP", "1")
+	time.Sleep(100 * time.Millisecond) // the server sleeps now
+	start := time.Now()
+	_, err = c.TryLock(bg, "k", WithTTL(300*time.Millisecond))
+	if !errors.Is(err, ErrCancelled) {
+		t.Fatalf("a try answered after its lease: %v, want ErrCancelled", err)
+	}
+	if d := time.Since(start); d > 700*time.Millisecond {
+		t.Fatalf("gave up after %v, not at the lease's deadline", d)
+	}
+	waitFor(t, "no background activity", 3*time.Second, func() bool { return c.Running() == 0 })
+	if s.owners(t, "k") != nil {
+		t.Fatal("the late grant is still held")
 	}
 }

@@ -288,12 +288,24 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 		}
 		sent := time.Now()
 		pending := l.send(args...)
+		// A try's grant is worthless once its lease's deadline has
+		// passed: give up then, as a cancel (a wait's grant is confirmed
+		// by a renew instead).
+		var late <-chan time.Time
+		if !wait {
+			t := time.NewTimer(time.Until(deadline(sent, o.ttl)))
+			defer t.Stop()
+			late = t.C
+		}
 		var r reply
 		select {
 		case r = <-pending:
 		case <-ctx.Done():
 			c.abandon(l, key, owner, o.ttl, wait, pending, false)
 			return nil, cancelled(ctx.Err())
+		case <-late:
+			c.abandon(l, key, owner, o.ttl, false, pending, false)
+			return nil, cancelled(context.DeadlineExceeded)
 		}
 		v, err := r.result()
 		if err != nil {
