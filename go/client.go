@@ -238,18 +238,18 @@ func (m mode) args() []string {
 // Lock takes key under a new owner, waiting as long as ctx allows (or
 // WithWait says). Cancelling ctx at any point leaves nothing held.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return c.acquire(ctx, key, newOwner(), mode{}, collect(opts), true)
+	return c.acquire(ctx, key, newOwner(), mode{}, collect(opts), true, nil)
 }
 
 // TryLock takes key under a new owner if it is free now: ErrNotObtained
 // otherwise.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return c.acquire(ctx, key, newOwner(), mode{}, collect(opts), false)
+	return c.acquire(ctx, key, newOwner(), mode{}, collect(opts), false, nil)
 }
 
 // acquire is every acquisition's one path: LOCK.ACQUIRE on a connection of
 // its own, the wait parked there, a cancel cleaned up there.
-func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o options, wait bool) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o options, wait bool, bt *bindingTable) (*Lock, error) {
 	ttlArg, err := ms(o.ttl, 1, "the lease")
 	if err != nil {
 		return nil, err
@@ -387,12 +387,13 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 			}
 		}
 		var bound *link
+		var b *binding
 		if o.ephemeral {
-			bound = l
+			bound, b = bt.bind(c, key, l)
 		} else {
 			c.putLink(l)
 		}
-		return c.start(key, owner, fence, o, sent, bound, nil), nil
+		return c.start(key, owner, fence, o, sent, bound, nil, b), nil
 	}
 }
 
@@ -544,4 +545,58 @@ func (c *Client) releaseLater(key, owner string, all bool, bound *link, until ti
 			c.dropLink(bound)
 		}
 	})
+}
+
+// bindingTable keeps an owner object's ephemeral holds' connections, by
+// key. The server binds a hold to the connection it began on, and ends it,
+// whatever its count, when that connection closes: so a reentry through
+// the same object shares that connection, and it closes only when the last
+// of the object's holds on the key is over.
+type bindingTable struct {
+	mu sync.Mutex
+	m  map[string]*binding
+}
+
+type binding struct {
+	t    *bindingTable
+	key  string
+	link *link
+	refs int
+}
+
+// bind: the connection a new ephemeral hold on key is bound to: l for a
+// fresh hold, the object's existing one for a reentry (l goes back to the
+// pool then). Without a table (one owner per call) it is l.
+func (t *bindingTable) bind(c *Client, key string, l *link) (*link, *binding) {
+	if t == nil {
+		return l, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]*binding{}
+	}
+	if b := t.m[key]; b != nil && !b.link.isDead() {
+		b.refs++
+		c.putLink(l)
+		return b.link, b
+	}
+	b := &binding{t: t, key: key, link: l, refs: 1}
+	t.m[key] = b
+	return l, b
+}
+
+// done: one hold sharing b is over; true when it was the last, and the
+// connection may close.
+func (b *binding) done() bool {
+	b.t.mu.Lock()
+	defer b.t.mu.Unlock()
+	b.refs--
+	if b.refs > 0 {
+		return false
+	}
+	if b.t.m[b.key] == b {
+		delete(b.t.m, b.key)
+	}
+	return true
 }

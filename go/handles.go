@@ -17,6 +17,7 @@ type Handle struct {
 	c     *Client
 	key   string
 	owner string
+	bt    bindingTable
 }
 
 // Handle returns a new lock object for key with an owner of its own.
@@ -27,12 +28,12 @@ func (h *Handle) Owner() string { return h.owner }
 
 // Lock takes (or reenters) the lock, waiting as long as ctx allows.
 func (h *Handle) Lock(ctx context.Context, opts ...Option) (*Lock, error) {
-	return h.c.acquire(ctx, h.key, h.owner, mode{}, collect(opts), true)
+	return h.c.acquire(ctx, h.key, h.owner, mode{}, collect(opts), true, &h.bt)
 }
 
 // TryLock takes (or reenters) the lock if it can now: ErrNotObtained else.
 func (h *Handle) TryLock(ctx context.Context, opts ...Option) (*Lock, error) {
-	return h.c.acquire(ctx, h.key, h.owner, mode{}, collect(opts), false)
+	return h.c.acquire(ctx, h.key, h.owner, mode{}, collect(opts), false, &h.bt)
 }
 
 // RWMutex is a read-write lock object with one owner for both sides: its
@@ -49,6 +50,7 @@ type RWMutex struct {
 	mu     sync.Mutex
 	reads  int
 	writes int
+	bt     bindingTable
 }
 
 // RWMutex returns a new read-write lock object for key.
@@ -86,7 +88,7 @@ func (rw *RWMutex) take(ctx context.Context, read, wait bool, opts []Option) (*L
 		return nil, ErrUpgrade
 	}
 	rw.mu.Unlock()
-	l, err := rw.c.acquire(ctx, rw.key, rw.owner, mode{shared: read}, collect(opts), wait)
+	l, err := rw.c.acquire(ctx, rw.key, rw.owner, mode{shared: read}, collect(opts), wait, &rw.bt)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +145,7 @@ func (s *Semaphore) take(ctx context.Context, owner string, wait bool, opts []Op
 	if o.permits < 0 || o.permits > s.limit {
 		return nil, fmt.Errorf("%w: permits must be from 1 to the limit %d, not %d", ErrRefused, s.limit, o.permits)
 	}
-	return s.c.acquire(ctx, s.key, owner, mode{shared: true, limit: s.limit, permits: o.permits}, o, wait)
+	return s.c.acquire(ctx, s.key, owner, mode{shared: true, limit: s.limit, permits: o.permits}, o, wait, nil)
 }
 
 // Resume continues a hold another process took, from its owner token: a
@@ -169,7 +171,7 @@ func (c *Client) Resume(ctx context.Context, key, owner string, fence int64, opt
 	if fence == 0 {
 		fence = c.fenceOf(ctx, key, owner)
 	}
-	return c.start(key, owner, fence, o, sent, nil, nil), nil
+	return c.start(key, owner, fence, o, sent, nil, nil, nil), nil
 }
 
 // fenceOf reads owner's fence from LOCK.INFO (its holders list), 0 if

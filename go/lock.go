@@ -27,6 +27,9 @@ type Lock struct {
 	cancel context.CancelCauseFunc
 	// bound is an ephemeral hold's own connection, open for the hold's life.
 	bound *link
+	// binding, when set, shares bound with the owner object's other holds
+	// on the key (reentries): it closes with the last of them.
+	binding *binding
 	// onEnd, when set, runs once when the hold ends (released or lost).
 	onEnd func()
 	// quorum, for a Redlock hold, runs its commands on every server.
@@ -54,12 +57,12 @@ type watchdog struct {
 	moved chan struct{}
 }
 
-func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link, q *quorum) *Lock {
+func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link, q *quorum, b *binding) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{
 		c: c, key: key, owner: owner, fence: fence, ctx: ctx, cancel: cancel,
 		bound: bound, ttl: o.ttl, deadline: deadline(sent, o.ttl), renew: !o.noRenew,
-		renewed: sent, quorum: q,
+		renewed: sent, quorum: q, binding: b,
 	}
 	if bound != nil {
 		// The server ends the hold when this connection closes; say so at
@@ -337,11 +340,16 @@ func (l *Lock) unconfirmed(cause error, all bool) error {
 	l.lose(ReasonReleaseUnconfirmed)
 	l.mu.Lock()
 	until := l.deadline.Add(Drift(l.ttl))
-	bound := l.bound
-	l.bound = nil
+	bound, b := l.bound, l.binding
+	l.bound, l.binding = nil, nil
 	l.mu.Unlock()
 	if l.unbindWatch != nil {
 		l.unbindWatch()
+	}
+	if b != nil && bound != nil && !b.done() {
+		// Other holds of the owner still need the connection open: retry
+		// over pooled connections (the owner's commands work from any).
+		bound = nil
 	}
 	if l.quorum != nil {
 		l.quorum.releaseLater(l.key, l.owner, all, until)
@@ -358,14 +366,17 @@ func (l *Lock) unconfirmed(cause error, all bool) error {
 // unbind closes an ephemeral hold's connection once the hold is over.
 func (l *Lock) unbind() {
 	l.mu.Lock()
-	bound := l.bound
-	l.bound = nil
+	bound, b := l.bound, l.binding
+	l.bound, l.binding = nil, nil
 	l.mu.Unlock()
 	if bound == nil {
 		return
 	}
 	if l.unbindWatch != nil {
 		l.unbindWatch()
+	}
+	if b != nil && !b.done() {
+		return // another hold of the owner keeps the connection open
 	}
 	l.c.dropLink(bound)
 }

@@ -458,3 +458,36 @@ func TestAGrantGoneBeforeItsConfirmingRenewWaitsAgain(t *testing.T) {
 	}
 	_ = r.l.Release(bg)
 }
+
+func TestAReenteredEphemeralHoldKeepsItsConnectionUntilTheLastRelease(t *testing.T) {
+	s := startServer(t)
+	c := s.client(t)
+	h := c.Handle("k")
+	first, err := h.Lock(bg, Ephemeral())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := h.Lock(bg, Ephemeral())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	// The hold began on the first call's connection: closing it would end
+	// the whole hold, the second count included.
+	time.Sleep(50 * time.Millisecond)
+	if got := s.owners(t, "k"); len(got) != 1 || got[0] != h.Owner() || !second.Held() {
+		t.Fatalf("after releasing one of two counts: holders %v, second held %v (%v)", got, second.Held(), second.Lost())
+	}
+	s.killClients(t)
+	select {
+	case <-second.Context().Done():
+	case <-time.After(time.Second):
+		t.Fatal("no loss when the hold's connection was killed")
+	}
+	if s.owners(t, "k") != nil {
+		t.Fatal("still held after its connection was killed")
+	}
+	waitFor(t, "no background activity", 2*time.Second, func() bool { return c.Running() == 0 })
+}

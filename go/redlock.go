@@ -120,7 +120,7 @@ func (r *Redlock) round(ctx context.Context, key, owner string, o options) (*Loc
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, per)
 			defer cancel()
-			l, err := c.acquire(cctx, key, owner, mode{}, options{ttl: o.ttl, noRenew: true}, false)
+			l, err := c.acquire(cctx, key, owner, mode{}, options{ttl: o.ttl, noRenew: true}, false, nil)
 			g := grant{i: i, err: err}
 			if l != nil {
 				g.fence = l.fence
@@ -159,7 +159,7 @@ func (r *Redlock) round(ctx context.Context, key, owner string, o options) (*Loc
 			}
 		}
 		if raised >= r.need && time.Now().Before(deadline(sent, o.ttl)) {
-			return r.clients[0].start(key, owner, top, o, sent, nil, q), nil
+			return r.clients[0].start(key, owner, top, o, sent, nil, q, nil), nil
 		}
 	}
 	// No majority: give back what was granted (a grant still in flight on
