@@ -47,6 +47,9 @@ type Lock struct {
 	ended    bool
 	// renewed is the send time of the last confirmed renew.
 	renewed time.Time
+	// expiry raises the loss at the deadline by itself, in one step from
+	// the timer (the watchdog may be busy in a renew then).
+	expiry *time.Timer
 }
 
 // watchdog is a running watchdog goroutine: close stop to end it, then
@@ -68,6 +71,7 @@ func (c *Client) start(key, owner string, fence int64, o options, sent time.Time
 		// The server ends the hold when this connection closes; say so at
 		// once rather than at the next renewal.
 		stop := make(chan struct{})
+		l.unbindWatch = sync.OnceFunc(func() { close(stop) })
 		c.spawn(func() {
 			select {
 			case <-bound.closed:
@@ -75,9 +79,9 @@ func (c *Client) start(key, owner string, fence int64, o options, sent time.Time
 			case <-stop:
 			}
 		})
-		l.unbindWatch = func() { close(stop) }
 	}
 	l.mu.Lock()
+	l.expiry = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
 	l.startWatchdog()
 	l.mu.Unlock()
 	return l
@@ -169,6 +173,9 @@ func (l *Lock) end() {
 		return
 	}
 	l.ended = true
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
 	l.mu.Unlock()
 	if l.onEnd != nil {
 		l.onEnd()
@@ -237,8 +244,11 @@ func (l *Lock) do(ctx context.Context, args ...string) (any, error) {
 	if l.quorum != nil {
 		return l.quorum.do(ctx, args...)
 	}
-	if l.bound != nil {
-		return l.bound.do(ctx, args...)
+	l.mu.Lock()
+	bound := l.bound
+	l.mu.Unlock()
+	if bound != nil {
+		return bound.do(ctx, args...)
 	}
 	return l.c.exec(ctx, l.key, args...)
 }
@@ -254,6 +264,9 @@ func (l *Lock) extend(sent time.Time, ttl time.Duration) {
 	// deadline, unless the lease itself changed (a shorter one ends sooner).
 	if d := deadline(sent, ttl); d.After(l.deadline) || ttl != l.ttl {
 		l.deadline = d
+		if l.expiry != nil {
+			l.expiry.Reset(time.Until(d))
+		}
 	}
 	l.ttl = ttl
 	l.renewed = sent
