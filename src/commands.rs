@@ -27,6 +27,9 @@ const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
 pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.ACQUIRE", input, |argv| {
         let req = args::parse_acquire(argv, config::max_ttl())?;
+        if req.ephemeral {
+            ephemeral::refuse_in_script(ctx)?;
+        }
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut host = Server::new(ctx).ephemeral(req.ephemeral);

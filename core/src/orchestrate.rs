@@ -43,6 +43,10 @@ pub enum Event {
     /// A release to zero that handed the lock, in place, to a waiter: the
     /// release is announced, then the waiter's fresh hold; the key stays.
     HandOver,
+    /// Shared holds whose lease ended were dropped, others remain, and
+    /// nothing was granted: announced by no event (nothing was acquired,
+    /// and the key stays).
+    SharesEnded,
 }
 
 /// How a lock's key goes, and what the server is told. The host removes it
@@ -220,6 +224,10 @@ pub trait Host {
         _fence: u64,
     ) {
     }
+    /// Answers a parked client with `error`: its request, reaching the head
+    /// of the queue, is refused as it would have been had it asked then (an
+    /// owner who meanwhile holds the lock shared asking for it exclusively).
+    fn reply_refused(&mut self, id: u64, handle: Self::Handle, error: LockError);
     /// Answers a parked client nil, or only gives its handle back.
     fn reply_nil(&mut self, id: u64, handle: Self::Handle, why: Nil);
     /// Where `name`, free here, lives now if it left this node (a cluster
@@ -645,15 +653,32 @@ pub fn retry_fired<H: Host>(host: &mut H) {
     pump(host);
 }
 
-/// Client `id`'s `WAIT` deadline passed: nil, if it still waits.
+/// Client `id`'s `WAIT` deadline passed: nil, if it still waits. The
+/// requests behind it are served again if it was first in line.
 pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
-    let Some(waiter) = host.engine(|e| e.leave(id)) else {
+    let Some((waiter, again)) = host.engine(|e| e.leave(id)) else {
         return false;
     };
     stats::WAITING.add(-1);
     stats::WAIT_TIMEOUTS.incr();
     host.reply_nil(id, waiter.handle, Nil::TimedOut);
+    if let Some(name) = again {
+        serve(host, &name, false);
+    }
     true
+}
+
+/// Client `id` was unblocked by `CLIENT UNBLOCK` (the host writes its nil
+/// itself, from inside that command): its waiter, if it still waits. The
+/// requests behind it are served once that command is done, if it was
+/// first in line.
+pub fn unblocked<H: Host>(host: &mut H, id: u64) -> Option<Waiter<H::Handle>> {
+    let (waiter, again) = host.engine(|e| e.leave(id))?;
+    stats::WAITING.add(-1);
+    if let Some(name) = again {
+        freed(host, name, false);
+    }
+    Some(waiter)
 }
 
 /// Client `id` disconnected (or was unblocked with an error): it leaves its
@@ -664,9 +689,13 @@ pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
 /// back as it defers all the pump's work.
 pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
     match host.engine(|e| e.gone(id)) {
-        Gone::Waiting(waiter) => {
+        Gone::Waiting(waiter, again) => {
             stats::WAITING.add(-1);
             host.reply_nil(id, waiter.handle, Nil::Left);
+            // The requests behind it may be let in now.
+            if let Some(name) = again {
+                serve(host, &name, false);
+            }
             Left::Waiting
         }
         Gone::Revoke => {
@@ -680,6 +709,10 @@ pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
 // ---------------------------------------------------------------------------
 // Serving waiters.
 // ---------------------------------------------------------------------------
+
+/// How many waiting requests the shared rule is first given: as many as a
+/// hand-off usually grants, and a few.
+const FIRST_SLICE: usize = 8;
 
 /// The pump: takes back revoked grants, fixes TTLs, then serves each lock
 /// reported free, in order. Defers it all while the gate is closed.
@@ -809,17 +842,31 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
         }
     }
     let cap = host.lease_cap();
-    let requests = host.engine(|e| e.requests(name, cap));
-    let waiting = requests.iter().map(|(id, owner, mode, ttl_ms)| Request {
-        id: *id,
-        owner,
-        mode: *mode,
-        ttl_ms: *ttl_ms,
-    });
-    let served = shared_queue::serve(&mut holds, waiting, now, || host.issue_fence(now));
+    // The rule reads only the prefix it grants: read the queue a slice at a
+    // time, a larger one each time all of the last was granted, so a
+    // hand-off costs what it grants, not the length of the queue.
+    let mut served = Vec::new();
+    let mut take = FIRST_SLICE;
+    loop {
+        let skip = served.len();
+        let slice = host.engine(|e| e.requests(name, cap, skip, take));
+        let waiting = slice.iter().map(|(id, owner, mode, ttl_ms)| Request {
+            id: *id,
+            owner,
+            mode: *mode,
+            ttl_ms: *ttl_ms,
+        });
+        let more = shared_queue::serve(&mut holds, waiting, now, || host.issue_fence(now));
+        let whole = more.len() == take;
+        served.extend(more);
+        if !whole {
+            break;
+        }
+        take = take.saturating_mul(2);
+    }
     // Clients still waiting are looked at again when the first hold ends;
     // without them, only a shared hold that ends before the key's TTL is.
-    let check = if served.len() < requests.len() {
+    let check = if host.engine(|e| e.waiters(name)) > served.len() {
         holds.earliest_lease()
     } else {
         shared_hold_ends(&holds)
@@ -828,7 +875,19 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
         if holds.holders().is_empty() {
             host.remove(&mut key, Removal::Expired);
         } else {
-            host.write_holds(&mut key, holds, Event::Acquire);
+            // Announced by what was granted: a share that only ended by its
+            // lease is nobody's acquisition.
+            let event = if served.iter().any(|s| matches!(s.answer, Answer::Fresh(_))) {
+                Event::Acquire
+            } else if served
+                .iter()
+                .any(|s| matches!(s.answer, Answer::Reentered(_)))
+            {
+                Event::Reenter
+            } else {
+                Event::SharesEnded
+            };
+            host.write_holds(&mut key, holds, event);
         }
     }
     drop(key);
@@ -837,7 +896,7 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
         arm(host, timer);
     }
     for one in served {
-        let Some(waiter) = host.engine(|e| e.leave(one.id)) else {
+        let Some(waiter) = host.engine(|e| e.take(one.id)) else {
             continue;
         };
         stats::WAITING.add(-1);
@@ -852,8 +911,9 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
                 stats::REENTERED.incr();
                 hold
             }
-            Answer::Refused(_) => {
-                host.reply_nil(one.id, waiter.handle, Nil::Refused);
+            Answer::Refused(error) => {
+                // As it would have been refused had it asked then.
+                host.reply_refused(one.id, waiter.handle, error);
                 continue;
             }
         };

@@ -585,6 +585,13 @@ impl Host for Server<'_> {
         }
     }
 
+    /// Only a shared hold makes a queued request refused; this model's
+    /// clients ask for exclusive holds alone, so a refusal is a flaw.
+    fn reply_refused(&mut self, _id: u64, handle: Handle, _error: LockError) {
+        self.s.broken.order = true;
+        self.s.answer(handle, Some(Reply::Nil));
+    }
+
     fn reply_nil(&mut self, _id: u64, handle: Handle, why: Nil) {
         match why {
             Nil::Refused => self.s.answer(handle, Some(Reply::Nil)),

@@ -608,7 +608,16 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                 raw::RedisModule_DigestAddLongLong,
                 raw::RedisModule_DigestEndSequence,
             ) {
-                for holder in lock.holds().holders() {
+                // The mode and limit first: a read lock, a semaphore and an
+                // exclusive hold with the same holder digest apart.
+                let holds = lock.holds();
+                let (mode, limit) = match holds.mode() {
+                    Mode::Exclusive => (0, 0),
+                    Mode::Shared { limit } => (1, limit.map_or(0, i64::from)),
+                };
+                add_ll(md, mode);
+                add_ll(md, limit);
+                for holder in holds.holders() {
                     let owner = &holder.owner;
                     add_buf(md, owner.as_ptr().cast_mut().cast(), owner.len());
                     add_ll(md, holder.hold.count as i64);

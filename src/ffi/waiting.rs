@@ -108,6 +108,8 @@ pub struct Parked {
 enum Outcome {
     Granted(u64),
     TimedOut,
+    /// Refused when it reached the head of the queue (the upgrade error).
+    Refused(LockError),
     /// The lock moved to another cluster node: an error such as
     /// `ASK slot host:port` that a cluster client follows.
     Redirect(CString),
@@ -311,7 +313,9 @@ impl<'c> Host for Server<'c> {
         let tracked = Tracked::before(key);
         key.store_holds(holds);
         tracked.after(key, None);
-        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
+        if let Some(name) = event_name(event) {
+            key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
+        }
     }
 
     fn expires_at(&self, key: &LockKey<'c>) -> Option<u64> {
@@ -341,7 +345,9 @@ impl<'c> Host for Server<'c> {
         if let Some(tracked) = tracked {
             tracked.after(key, None);
         }
-        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
+        if let Some(name) = event_name(event) {
+            key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
+        }
     }
 
     fn remove(&mut self, key: &mut LockKey<'c>, how: Removal) {
@@ -429,6 +435,11 @@ impl<'c> Host for Server<'c> {
         answer_granted(self.ctx.ctx, id, handle.client, fence);
     }
 
+    fn reply_refused(&mut self, id: u64, handle: Parked, error: LockError) {
+        forget_deadline(id, handle.deadline);
+        handle.client.unblock(Some(Outcome::Refused(error)));
+    }
+
     fn reply_nil(&mut self, id: u64, handle: Parked, why: Nil) {
         match why {
             Nil::Refused => {
@@ -458,15 +469,16 @@ impl<'c> Host for Server<'c> {
     }
 }
 
-/// The keyspace event a change is announced with.
-fn event_name(event: Event) -> &'static std::ffi::CStr {
-    match event {
+/// The keyspace event a change is announced with, if any.
+fn event_name(event: Event) -> Option<&'static std::ffi::CStr> {
+    Some(match event {
         Event::Acquire | Event::HandOver => c"lock.acquire",
         Event::Reenter => c"lock.reenter",
         Event::Release => c"lock.release",
         Event::Renew => c"lock.renew",
         Event::Fence => c"lock.fence",
-    }
+        Event::SharesEnded => return None,
+    })
 }
 
 /// Blocks the calling client (no server-side timeout: its `WAIT` deadline,
@@ -773,10 +785,9 @@ extern "C" fn timeout_cb(
             with(|e| e.replied(id));
             return client.unblock(None);
         }
-        let waiter = with(|e| e.leave(id));
+        let waiter = orchestrate::unblocked(&mut Server::outside_command(&Context::new(ctx)), id);
         reply(ctx, Some(&Outcome::TimedOut));
         if let Some(waiter) = waiter {
-            stats::WAITING.add(-1);
             forget_deadline(id, waiter.handle.deadline);
             // The reply is written; Redis needs the handle back to free it.
             waiter.handle.client.unblock(None);
@@ -844,6 +855,10 @@ fn reply(ctx: *mut raw::RedisModuleCtx, outcome: Option<&Outcome>) {
             }
             Some(Outcome::Redirect(error)) => {
                 raw::RedisModule_ReplyWithError.map(|f| f(ctx, error.as_ptr()));
+            }
+            Some(Outcome::Refused(error)) => {
+                let text = CString::new(error.message()).unwrap_or_default();
+                raw::RedisModule_ReplyWithError.map(|f| f(ctx, text.as_ptr()));
             }
             Some(Outcome::TimedOut) | None => {
                 raw::RedisModule_ReplyWithNull.map(|f| f(ctx));
