@@ -5,21 +5,18 @@
 //! or park waiters — is [`crate::orchestrate`], run against the server
 //! ([`Server`]); a handler parses, calls it and replies. Errors travel as [`LockError`] and become replies in [`run`].
 
-use std::os::raw::{c_int, c_long};
+use std::os::raw::c_long;
 
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::args;
 use crate::error::LockError;
-use crate::ffi::key::{Access, Lease, LockKey};
-use crate::ffi::latency::Tracked;
+use crate::ffi::key::{Access, LockKey};
 use crate::ffi::waiting::{self, Server};
 use crate::ffi::{config, ephemeral, guard, now_ms, partition, Args};
 use crate::holds::Mode;
 use crate::orchestrate::{self, Acquired};
-use crate::{fence, lock, stats};
-
-const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
+use crate::{fence, stats};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
@@ -99,36 +96,13 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_fence(argv, now_ms())?;
         replicas_follow(ctx)?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        let tracked = Tracked::before(&key);
-        // The hold's fence before: the latency record and a binding name it.
-        let before = key.holds().ok().flatten().and_then(|holds| {
-            let fence = holds.of(req.owner, key.now())?.hold.fence;
-            Some(fence)
-        });
-        let hold = if key.is_shared() {
-            let now = key.now();
-            let mut holds = key.holds()?.unwrap_or_default();
-            let hold = holds.fence(req.owner, req.min_fence, now)?;
-            holds.drop_ended(now);
-            key.store_holds(holds);
-            hold
-        } else {
-            let hold = lock::fence(key.current()?, req.owner, req.min_fence, key.now())?;
-            key.apply(req.owner, hold, Lease::Kept);
-            hold
-        };
-        // The raised hold goes on; shared holds whose lease ended, end.
-        tracked.after(&key, before.map(|from| (from, hold.fence)));
-        // Replicas and the AOF raise their counter as they apply it
-        // (`LOCK.APPLY` observes the fence it carries).
-        fence::observe(hold.fence);
-        key.notify(NOTIFY_MODULE, c"lock.fence");
-        if let Some(old) = before.filter(|_| ephemeral::any()) {
-            ephemeral::refenced(ctx, &key_name, req.owner, old, hold.fence);
+        let fenced =
+            orchestrate::fence(&mut Server::new(ctx), &key_name, req.owner, req.min_fence)?;
+        if ephemeral::any() {
+            let (from, to) = (fenced.from, fenced.hold.fence);
+            ephemeral::refenced(ctx, &key_name, req.owner, from, to);
         }
-        orchestrate::owner_active(&mut Server::new(ctx), &key_name, req.owner);
-        Ok(integer(hold.fence))
+        Ok(integer(fenced.hold.fence))
     })
 }
 
@@ -242,7 +216,9 @@ pub fn queue(ctx: &Context, input: &Args) -> RedisResult {
 
 /// `LOCK.APPLY key owner count fence [PXAT unix-ms]` → OK, or the short
 /// form of a renewal, `LOCK.APPLY key PXAT unix-ms` (the hold keeps its
-/// owner, count and fence). Internal: how a master's decision reaches
+/// owner, count and fence), a shared lock's whole state (`SHARED limit`
+/// and each holder) or one owner's share (`SHARE limit owner count fence
+/// lease since`, `UNSHARE owner`). Internal: how a master's decision reaches
 /// replicas and the AOF. Refused from clients, so nobody can forge a lock or
 /// a fence with it.
 pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
@@ -255,6 +231,15 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
         if let Some(lease) = args::parse_apply_lease(argv) {
             let lease = lease?;
             LockKey::open(ctx, &key_name, Access::Write).move_lease(lease);
+            ctx.replicate_verbatim();
+            return Ok(RedisValue::SimpleStringStatic("OK"));
+        }
+        if let Some(change) = args::parse_apply_share(argv) {
+            let change = change?;
+            if let args::ShareChange::Share(_, holder) = &change {
+                fence::observe(holder.hold.fence);
+            }
+            LockKey::open(ctx, &key_name, Access::Write).apply_share(change);
             ctx.replicate_verbatim();
             return Ok(RedisValue::SimpleStringStatic("OK"));
         }

@@ -17,6 +17,7 @@ use std::time::Instant;
 use crate::ffi::datatype::StoredLock;
 use crate::ffi::key::LockKey;
 use crate::ffi::now_ms;
+use crate::holds::Changes;
 use crate::latency::{self, HOLDS, WAIT_USEC};
 
 /// Microseconds on a monotonic clock (since the module first asked).
@@ -130,6 +131,22 @@ impl Tracked {
         for fence in begun {
             HOLDS.begin(fence, now);
         }
+    }
+}
+
+/// A change the module made to a lock's holds ([`Changes`]): the holds
+/// that began, ended (each counted up to its lease end if that came
+/// first) and had their fence raised.
+pub fn holds_changed(changes: &Changes) {
+    let (now, now_ms) = (now_us(), now_ms());
+    for &(from, to) in &changes.raised {
+        HOLDS.raised(from, to);
+    }
+    for &(fence, lease) in &changes.ended {
+        HOLDS.end(fence, now, late_us(lease, now_ms));
+    }
+    for &fence in &changes.began {
+        HOLDS.begin(fence, now);
     }
 }
 

@@ -298,21 +298,27 @@ impl<'c> Host for Server<'c> {
         key.current()
     }
 
-    fn holds(&self, key: &LockKey<'c>) -> Result<Option<Holds>, LockError> {
-        key.holds()
+    fn take_holds(&mut self, key: &mut LockKey<'c>) -> Result<Option<Holds>, LockError> {
+        key.take_holds()
     }
 
     fn is_shared(&self, key: &LockKey<'c>) -> bool {
         key.is_shared()
     }
 
-    fn write_holds(&mut self, key: &mut LockKey<'c>, holds: Holds, event: Event) {
-        if holds.holders().is_empty() {
-            return self.remove(key, Removal::Released);
+    fn write_holds(&mut self, key: &mut LockKey<'c>, mut holds: Holds, event: Event) {
+        let changes = holds.take_changes();
+        if !changes.is_empty() {
+            latency::holds_changed(&changes);
         }
-        let tracked = Tracked::before(key);
-        key.store_holds(holds);
-        tracked.after(key, None);
+        let none_left = holds.is_empty();
+        key.put_holds(holds, &changes);
+        if changes.is_empty() {
+            return;
+        }
+        if none_left {
+            return self.remove(key, orchestrate::removal(event));
+        }
         if let Some(name) = event_name(event) {
             key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
         }
@@ -338,12 +344,21 @@ impl<'c> Host for Server<'c> {
             key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
         }
         // A fresh hold (granted, or handed over in place) begins, and
-        // ends the one it replaces; other changes keep the fence.
-        let tracked =
-            matches!(event, Event::Acquire | Event::HandOver).then(|| Tracked::before(key));
+        // ends the one it replaces; a fence raised goes on; other changes
+        // keep the fence.
+        let tracked = matches!(event, Event::Acquire | Event::HandOver | Event::Fence)
+            .then(|| Tracked::before(key));
+        let raised = (event == Event::Fence)
+            .then(|| {
+                key.current()
+                    .ok()
+                    .flatten()
+                    .map(|lock| (lock.hold.fence, hold.fence))
+            })
+            .flatten();
         key.apply(owner, hold, lease);
         if let Some(tracked) = tracked {
-            tracked.after(key, None);
+            tracked.after(key, raised);
         }
         if let Some(name) = event_name(event) {
             key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
@@ -374,6 +389,10 @@ impl<'c> Host for Server<'c> {
 
     fn issue_fence(&mut self, now: u64) -> u64 {
         fence::issue(now)
+    }
+
+    fn raise_fences(&mut self, fence: u64) {
+        fence::observe(fence);
     }
 
     fn is_writer(&self) -> bool {
@@ -477,7 +496,7 @@ fn event_name(event: Event) -> Option<&'static std::ffi::CStr> {
         Event::Release => c"lock.release",
         Event::Renew => c"lock.renew",
         Event::Fence => c"lock.fence",
-        Event::SharesEnded => return None,
+        Event::SharesEnded | Event::Revoked => return None,
     })
 }
 

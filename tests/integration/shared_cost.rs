@@ -1,6 +1,8 @@
 //! What a shared lock's events cost does not grow with the clients waiting
-//! on it: a hand-off and a refused try cost the same behind 300 or 3,000
-//! waiters. Each test measures two sizes in one run, by the server's own
+//! on it nor with the owners sharing it: a hand-off and a refused try cost
+//! the same behind 300 or 3,000 waiters, a reader's acquire, renewal and
+//! release the same beside 50 or 2,000 readers, and replicas receive that
+//! one change, not the holder list. Each cost test measures two sizes in one run, by the server's own
 //! count of the time spent in a command (`INFO commandstats`), and compares
 //! the cheapest quarter of many rounds: whatever else the machine runs
 //! only adds.
@@ -161,4 +163,76 @@ fn a_refused_shared_try_costs_the_same_behind_100_or_4000_writers() {
         || refused_try(&mut admin.borrow_mut(), &small),
         || refused_try(&mut admin.borrow_mut(), &large),
     );
+}
+
+/// A read lock `key` shared by `n` readers.
+fn readers(admin: &mut redis::Connection, key: &str, n: usize) {
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(format!("{key}:r{i}"))
+            .arg(LONG)
+            .arg("SHARED")
+            .ignore();
+    }
+    let _: () = pipe.query(admin).expect("the readers");
+}
+
+/// One more reader's acquire, renewal and release of `key`: their cost.
+fn one_share(admin: &mut redis::Connection, key: &str) -> i64 {
+    let commands = ["lock.acquire", "lock.renew", "lock.release"];
+    let before: i64 = commands.iter().map(|c| usec(admin, c)).sum();
+    let long = LONG.to_string();
+    admin
+        .call(&["LOCK.ACQUIRE", key, "x", &long, "SHARED"])
+        .expect("a share");
+    admin.int(&["LOCK.RENEW", key, "x", &long]);
+    assert_eq!(admin.int(&["LOCK.RELEASE", key, "x"]), 0);
+    let after: i64 = commands.iter().map(|c| usec(admin, c)).sum();
+    after - before
+}
+
+#[test]
+fn a_change_to_one_share_costs_the_same_beside_50_or_2000_readers() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    readers(&mut admin, "r50", 50);
+    readers(&mut admin, "r2000", 2_000);
+    let admin = std::cell::RefCell::new(admin);
+    compare(
+        "a reader's acquire, renew and release beside 50 vs 2,000 readers",
+        150,
+        || one_share(&mut admin.borrow_mut(), "r50"),
+        || one_share(&mut admin.borrow_mut(), "r2000"),
+    );
+}
+
+/// What replicas receive for a change to one owner's share is that change,
+/// not the lock's holder list: a few hundred bytes beside 2,000 readers.
+/// The replica ends with the master's holders all the same.
+#[test]
+fn a_change_to_one_share_sends_replicas_that_change_only() {
+    let master = Server::start();
+    let replica = start_replica(&master, "replica");
+    let mut admin = master.conn();
+    readers(&mut admin, "r", 2_000);
+    let long = LONG.to_string();
+    let steps: [&[&str]; 5] = [
+        &["LOCK.ACQUIRE", "r", "x", &long, "SHARED"],
+        &["LOCK.REENTER", "r", "x"],
+        &["LOCK.RENEW", "r", "x", &long],
+        &["LOCK.RELEASE", "r", "x", "ALL"],
+        &["LOCK.RELEASE", "r", "r:r7"],
+    ];
+    for step in steps {
+        let before = master.info_int("replication", "master_repl_offset");
+        admin.call(step).expect("the step");
+        let sent = master.info_int("replication", "master_repl_offset") - before;
+        assert!(sent < 1_000, "{step:?} sent {sent} bytes to replicas");
+    }
+    replica.catch_up_with(&master);
+    assert_eq!(replica.digest(), master.digest());
+    let holders = replica.lock_info("r").expect("held").holders;
+    assert_eq!(holders.len(), 1_999);
 }
