@@ -228,34 +228,27 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
             return Err(LockError::InternalCommand);
         }
         let key_name = input.key()?;
-        if let Some(lease) = args::parse_apply_lease(argv) {
-            let lease = lease?;
-            LockKey::open(ctx, &key_name, Access::Write).move_lease(lease);
-            ctx.replicate_verbatim();
-            return Ok(RedisValue::SimpleStringStatic("OK"));
-        }
-        if let Some(change) = args::parse_apply_share(argv) {
-            let change = change?;
-            if let args::ShareChange::Share(_, holder) = &change {
-                fence::observe(holder.hold.fence);
-            }
-            LockKey::open(ctx, &key_name, Access::Write).apply_share(change);
-            ctx.replicate_verbatim();
-            return Ok(RedisValue::SimpleStringStatic("OK"));
-        }
-        if let Some(holds) = args::parse_apply_shared(argv) {
-            let holds = holds?;
-            for holder in holds.holders() {
-                fence::observe(holder.hold.fence);
-            }
-            LockKey::open(ctx, &key_name, Access::Write).store_applied(holds);
-            ctx.replicate_verbatim();
-            return Ok(RedisValue::SimpleStringStatic("OK"));
-        }
-        let req = args::parse_apply(argv)?;
+        let applied = args::parse_applied(argv)?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        key.store(req.owner, req.count, req.fence, req.expires_at);
-        fence::observe(req.fence);
+        match applied {
+            args::Applied::Lease(lease) => key.move_lease(lease),
+            args::Applied::Share(change) => {
+                if let args::ShareChange::Share(_, holder) = &change {
+                    fence::observe(holder.hold.fence);
+                }
+                key.apply_share(change);
+            }
+            args::Applied::Holds(holds) => {
+                for holder in holds.holders() {
+                    fence::observe(holder.hold.fence);
+                }
+                key.store_applied(holds);
+            }
+            args::Applied::Hold(req) => {
+                key.store(req.owner, req.count, req.fence, req.expires_at);
+                fence::observe(req.fence);
+            }
+        }
         // Module commands are not propagated on their own: a replica writes
         // what it applied to its own AOF this way.
         ctx.replicate_verbatim();

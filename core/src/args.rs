@@ -198,7 +198,7 @@ pub fn parse_info<A: AsRef<[u8]>>(args: &[A]) -> Result<(), LockError> {
     }
 }
 
-pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockError> {
+fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockError> {
     let [_, _, owner, count, fence, rest @ ..] = args else {
         return Err(LockError::WrongArity);
     };
@@ -220,11 +220,42 @@ pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockE
     })
 }
 
+/// What a `LOCK.APPLY` (internal: replication and AOF) carries, in one of
+/// its forms, read by [`parse_applied`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied<'a> {
+    /// `key owner count fence [PXAT unix-ms]`: an exclusive hold.
+    Hold(Apply<'a>),
+    /// `key PXAT unix-ms`: a renewal, the lease alone.
+    Lease(u64),
+    /// `key SHARED limit owner count fence lease since …`: a shared lock's
+    /// whole state (an AOF rewrite).
+    Holds(crate::holds::Holds),
+    /// `key SHARE …` / `key UNSHARE owner`: one owner's share.
+    Share(ShareChange<'a>),
+}
+
+/// `LOCK.APPLY` in any of its forms ([`Applied`]): the one parser the
+/// command calls. The forms differ by their word after the key and their
+/// number of arguments, so exactly one of them reads a given line.
+pub fn parse_applied<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Applied<'a>, LockError> {
+    if let Some(lease) = parse_apply_lease(args) {
+        return lease.map(Applied::Lease);
+    }
+    if let Some(change) = parse_apply_share(args) {
+        return change.map(Applied::Share);
+    }
+    if let Some(holds) = parse_apply_shared(args) {
+        return holds.map(Applied::Holds);
+    }
+    parse_apply(args).map(Applied::Hold)
+}
+
 /// The short form `LOCK.APPLY key PXAT unix-ms` (internal: a renewal): the
 /// hold in `key` keeps its owner, count and fence, and its lease moves to
 /// `unix-ms`. `None` for any other shape, which [`parse_apply`] reads (the
 /// full form has at least four arguments after the name, this one three).
-pub fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockError>> {
+fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockError>> {
     let [_, _, word, at] = args else {
         return None;
     };
@@ -243,7 +274,7 @@ pub fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockE
 /// the whole state of a lock held shared, oldest hold first; `limit` 0 for
 /// none. `None` for any other shape (the other forms have at most five
 /// arguments after the key, this one at least seven).
-pub fn parse_apply_shared<A: AsRef<[u8]>>(
+fn parse_apply_shared<A: AsRef<[u8]>>(
     args: &[A],
 ) -> Option<Result<crate::holds::Holds, LockError>> {
     let [_, _, word, limit, holders @ ..] = args else {
@@ -302,7 +333,7 @@ pub enum ShareChange<'a> {
 /// other shape: the full forms have a different word or number of
 /// arguments (an owner form has five or seven arguments, the shared state
 /// nine or more with `SHARED`, the renewal four with `PXAT`).
-pub fn parse_apply_share<'a, A: AsRef<[u8]>>(
+fn parse_apply_share<'a, A: AsRef<[u8]>>(
     args: &'a [A],
 ) -> Option<Result<ShareChange<'a>, LockError>> {
     match args {
@@ -833,6 +864,31 @@ mod tests {
         ] {
             assert_eq!(parse_apply_share(&v(other)), None, "{other}");
         }
+    }
+
+    #[test]
+    fn one_parser_reads_every_form_of_apply() {
+        let forms = [
+            ("x k o 2 99 PXAT 1234", "hold"),
+            ("x k o 2 99", "hold"),
+            ("x k PXAT 1234", "lease"),
+            ("x k SHARED 0 o 1 5 1234 1000", "holds"),
+            ("x k SHARE 0 o 1 5 1234 1000", "share"),
+            ("x k UNSHARE o", "share"),
+        ];
+        for (line, want) in forms {
+            let argv = v(line);
+            let got = match parse_applied(&argv) {
+                Ok(Applied::Hold(_)) => "hold",
+                Ok(Applied::Lease(_)) => "lease",
+                Ok(Applied::Holds(_)) => "holds",
+                Ok(Applied::Share(_)) => "share",
+                Err(e) => panic!("{line}: {e:?}"),
+            };
+            assert_eq!(got, want, "{line}");
+        }
+        assert_eq!(parse_applied(&v("x k o")), Err(WrongArity));
+        assert_eq!(parse_applied(&v("x k o 2 99 PX 5")), Err(Syntax));
     }
 
     #[test]

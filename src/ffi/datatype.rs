@@ -261,6 +261,29 @@ impl StoredLock {
         }
     }
 
+    /// Calls `f` with each hold's (fence, lease end), without allocating.
+    pub fn for_each_hold(&self, f: &mut dyn FnMut(u64, u64)) {
+        match self.shared() {
+            Some(holds) => {
+                for h in holds.holders() {
+                    f(h.hold.fence, h.hold.expires_at);
+                }
+            }
+            None => f(self.fence, self.lease()),
+        }
+    }
+
+    /// Each hold as (fence, lease end), for the hold-time record.
+    pub fn hold_ends(&self) -> Vec<(u64, u64)> {
+        match self.shared() {
+            Some(holds) => holds
+                .holders()
+                .map(|h| (h.hold.fence, h.hold.expires_at))
+                .collect(),
+            None => vec![(self.fence, self.lease())],
+        }
+    }
+
     /// Bytes this value takes, for `MEMORY USAGE`.
     pub fn size(&self) -> usize {
         match self.shared() {
@@ -642,7 +665,9 @@ extern "C" fn free(value: *mut c_void) {
     // passes one this type created, alive until freed here.
     guard("free", (), || unsafe {
         if let Some(lock) = value.cast::<StoredLock>().as_ref() {
-            latency::value_freed(lock);
+            if latency::any_open() {
+                latency::value_freed(|each| lock.for_each_hold(each));
+            }
         }
         StoredLock::free_raw(value)
     });

@@ -37,9 +37,10 @@ use redis_module::{logging, raw, Context, RedisString};
 use crate::ephemeral::{self, Binding, Bindings};
 use crate::error::LockError;
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::waiting::{select_db, selected_db, Server};
+use crate::ffi::waiting::Server;
 use crate::ffi::writes_paused;
 use crate::ffi::{context_flags, create_timer, guard, partition, subscribe_to_server_event};
+use crate::ffi::{select_db, selected_db};
 use crate::orchestrate;
 use crate::queue::LockName;
 

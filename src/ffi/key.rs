@@ -26,6 +26,17 @@ type ReplicateFn = unsafe extern "C" fn(
 /// `PTTL`'s "no expiry", and ours for a lock someone `PERSIST`ed.
 const NO_EXPIRE: i64 = -1;
 
+/// The holds in a key as (fence, lease end) each, in plain numbers: what
+/// the hold-time record compares before and after a write.
+pub enum HoldEnds {
+    /// No lock there.
+    Free,
+    /// One exclusive hold (read without allocating).
+    One(u64, u64),
+    /// Shared holds.
+    Many(Vec<(u64, u64)>),
+}
+
 /// An open key, closed on drop.
 pub struct LockKey<'a> {
     ctx: &'a Context,
@@ -190,6 +201,17 @@ impl<'a> LockKey<'a> {
                 expires_at: lock::lease_end(stored.lease(), self.expires_at()),
             },
         }))
+    }
+
+    /// The holds here in plain numbers ([`HoldEnds`]).
+    pub fn hold_ends(&self) -> HoldEnds {
+        match self.stored() {
+            Ok(Some(value)) if value.shared().is_none() => {
+                HoldEnds::One(value.fence(), value.lease())
+            }
+            Ok(Some(value)) => HoldEnds::Many(value.hold_ends()),
+            _ => HoldEnds::Free,
+        }
     }
 
     /// Whether the key holds a shared lock.

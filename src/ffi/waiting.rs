@@ -64,6 +64,7 @@ use crate::ffi::key::LockKey;
 use crate::ffi::latency::{self, Tracked};
 use crate::ffi::{self, config, ephemeral, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
+use crate::ffi::{select_db, selected_db};
 use crate::handoff::{Deadlines, Engine, Gate, Timer};
 use crate::holds::{Holds, Mode};
 use crate::lock::{Hold, Lock};
@@ -904,21 +905,5 @@ fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<O
     // unblocked: each BlockedClient is consumed by its one unblock.
     unsafe {
         raw::RedisModule_UnblockClient.map(|f| f(client.as_ptr(), data));
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Small helpers.
-// ---------------------------------------------------------------------------
-
-pub(crate) fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
-    // SAFETY: a live context.
-    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
-}
-
-pub(crate) fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
-    // SAFETY: a live context; an index that no longer exists fails harmlessly.
-    unsafe {
-        raw::RedisModule_SelectDb.map(|f| f(ctx, db));
     }
 }
