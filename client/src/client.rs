@@ -150,6 +150,52 @@ impl Client {
         self.lock(key, opts).await
     }
 
+    /// A read-write lock on `key` as one handle: [`RwLock::read`] and
+    /// [`RwLock::write`] take its two sides.
+    pub fn rw_lock(&self, key: &str) -> RwLock {
+        RwLock {
+            client: self.clone(),
+            key: key.to_string(),
+        }
+    }
+
+    /// Continues a hold that another process took, from its owner token
+    /// ([`Guard::owner`]) and, if known, its fence ([`Guard::fence`]): a
+    /// scheduler acquires, a worker renews and releases. The hold is
+    /// renewed at once for the options' ttl, which confirms it and starts
+    /// the lease from this process's clock; without a fence the server is
+    /// asked for it. The guard renews and releases as any other. Not for
+    /// ephemeral holds: they end with the connection that took them.
+    pub async fn resume(
+        &self,
+        key: &str,
+        owner: &str,
+        fence: Option<u64>,
+        opts: &LockOptions,
+    ) -> Result<Guard, Error> {
+        if opts.is_ephemeral() {
+            return Err(Error::InvalidOptions(
+                "an ephemeral hold cannot be resumed: it ends with its connection",
+            ));
+        }
+        let ttl_ms = opts.ttl_ms()?;
+        let sent = Instant::now();
+        self.inner.server.renew(key, owner, ttl_ms).await?;
+        let fence = match fence {
+            Some(fence) => fence,
+            // The hold's own fence: raising it to at least 1 changes nothing.
+            None => {
+                self.inner
+                    .server
+                    .conn
+                    .query(&conn::fence(key, owner, 1))
+                    .await?
+            }
+        };
+        let deadline = deadline(sent, opts.ttl());
+        Ok(self.guard(key, owner.to_string(), fence, opts, ttl_ms, deadline))
+    }
+
     /// A counting semaphore of `limit` permits (1 to 1,000,000) on `key`;
     /// each permit is a leased hold of its own. Every user of `key` must
     /// ask for the same limit while permits are held or awaited: the server
@@ -304,6 +350,40 @@ impl Client {
             tasks: self.inner.tasks.clone(),
             runtime: tokio::runtime::Handle::current(),
         }
+    }
+}
+
+/// A read-write lock on one key ([`Client::rw_lock`]): readers share it,
+/// a writer holds it alone.
+#[derive(Clone)]
+pub struct RwLock {
+    client: Client,
+    key: String,
+}
+
+impl RwLock {
+    /// The read side, waiting as [`Client::lock`] does.
+    pub async fn read(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client.read_lock(&self.key, opts).await
+    }
+
+    /// The read side at once, or [`Error::WouldBlock`].
+    pub async fn try_read(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client.try_read_lock(&self.key, opts).await
+    }
+
+    /// The write side, waiting as [`Client::lock`] does.
+    pub async fn write(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client.write_lock(&self.key, opts).await
+    }
+
+    /// The write side at once, or [`Error::WouldBlock`].
+    pub async fn try_write(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client.try_lock(&self.key, opts).await
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
     }
 }
 

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::conn::{Closed, Link};
 use crate::error::{Error, LossReason};
-use crate::options::{deadline, renew_period, retry_period};
+use crate::options::{deadline, renew_period, retry_period, LockOptions};
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
@@ -36,6 +36,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
 /// was lost. Shared by the guard and its watchdog.
 pub(crate) struct Lease {
     deadline: Mutex<Instant>,
+    /// The ttl every renew asks for, as a duration and in whole ms: set at
+    /// the acquire, changed by a renew with a new ttl.
+    ttl: Mutex<(Duration, u64)>,
     /// Wakes the watchdog when a manual renew moved the deadline.
     moved: Notify,
     lost: CancellationToken,
@@ -43,9 +46,10 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(deadline: Instant) -> Lease {
+    pub(crate) fn new(deadline: Instant, ttl: Duration, ttl_ms: u64) -> Lease {
         Lease {
             deadline: Mutex::new(deadline),
+            ttl: Mutex::new((ttl, ttl_ms)),
             moved: Notify::new(),
             lost: CancellationToken::new(),
             reason: Mutex::new(None),
@@ -54,6 +58,23 @@ impl Lease {
 
     fn deadline(&self) -> Instant {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ttl(&self) -> (Duration, u64) {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A renew with a new ttl, sent at `sent`, succeeded: from now on the
+    /// lease is `ttl`, and it runs to `sent + ttl − drift`, even if that is
+    /// sooner than before (a shorter lease asked for).
+    fn reset(&self, sent: Instant, ttl: Duration, ttl_ms: u64) {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = (ttl, ttl_ms);
+        let mut current = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.lost.is_cancelled() {
+            *current = deadline(sent, ttl);
+        }
+        drop(current);
+        self.moved.notify_waiters();
     }
 
     /// A renew sent at `sent` succeeded: the lease runs to `sent + ttl − drift`.
@@ -175,8 +196,6 @@ pub struct Guard {
     key: String,
     owner: String,
     fence: u64,
-    ttl: Duration,
-    ttl_ms: u64,
     /// Holds this guard has (1 + reentries − releases); 0: released.
     count: u64,
     lease: Arc<Lease>,
@@ -227,10 +246,8 @@ impl Guard {
             key,
             owner,
             fence,
-            ttl,
-            ttl_ms,
             count: 1,
-            lease: Arc::new(Lease::new(deadline)),
+            lease: Arc::new(Lease::new(deadline, ttl, ttl_ms)),
             watchdog: None,
             auto_renew,
             binding: None,
@@ -303,18 +320,15 @@ impl Guard {
         self.lease.lost.is_cancelled()
     }
 
-    /// Renews the lease now (the watchdog does it on its own).
+    /// Renews the lease now, for the ttl it was taken with (the watchdog
+    /// does it on its own).
     pub async fn renew(&mut self) -> Result<(), Error> {
         self.held()?;
+        let (ttl, ttl_ms) = self.lease.ttl();
         let sent = Instant::now();
-        match self
-            .ctx
-            .backend
-            .renew(&self.key, &self.owner, self.ttl_ms)
-            .await
-        {
+        match self.ctx.backend.renew(&self.key, &self.owner, ttl_ms).await {
             Ok(()) => {
-                self.lease.extend(sent, self.ttl);
+                self.lease.extend(sent, ttl);
                 Ok(())
             }
             Err(Error::NotOwner) => {
@@ -325,17 +339,54 @@ impl Guard {
         }
     }
 
+    /// Renews the lease with a new ttl: the lease becomes `ttl` from now
+    /// (longer or shorter than before), and the watchdog renews for `ttl`
+    /// from then on, every third of it.
+    pub async fn renew_for(&mut self, ttl: Duration) -> Result<(), Error> {
+        self.held()?;
+        let ttl_ms = LockOptions::new(ttl).ttl_ms()?;
+        let sent = Instant::now();
+        match self.ctx.backend.renew(&self.key, &self.owner, ttl_ms).await {
+            Ok(()) => {
+                self.lease.reset(sent, ttl, ttl_ms);
+                Ok(())
+            }
+            Err(Error::NotOwner) => {
+                self.lease.lose(LossReason::NotOwner);
+                Err(Error::NotOwner)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Stops the watchdog without releasing: the hold stays until its lease
+    /// ends (or a [`Guard::renew`] extends it), and the loss signal still
+    /// fires at the local deadline. Returns once the watchdog has stopped,
+    /// so no renew is sent after it.
+    pub async fn stop_renewing(&mut self) {
+        if !self.auto_renew {
+            return;
+        }
+        self.auto_renew = false;
+        self.stop_watchdog().await;
+        if self.count > 0 {
+            // Still watched: the deadline still passes without renewals.
+            self.start_watchdog();
+        }
+    }
+
     /// Takes the lock once more (reentry): count + 1, lease reset. Each
     /// reentry needs its own [`Guard::release`].
     pub async fn reenter(&mut self) -> Result<u64, Error> {
         self.held()?;
+        let (ttl, ttl_ms) = self.lease.ttl();
         let sent = Instant::now();
         let count = self
             .ctx
             .backend
-            .reenter(&self.key, &self.owner, self.ttl_ms)
+            .reenter(&self.key, &self.owner, ttl_ms)
             .await?;
-        self.lease.extend(sent, self.ttl);
+        self.lease.extend(sent, ttl);
         self.count = count;
         Ok(count)
     }
@@ -405,8 +456,6 @@ impl Guard {
             self.ctx.backend.clone(),
             self.key.clone(),
             self.owner.clone(),
-            self.ttl,
-            self.ttl_ms,
             self.lease.clone(),
             stop.clone(),
             self.auto_renew,
@@ -474,14 +523,14 @@ async fn watch(
     backend: Arc<dyn Backend>,
     key: String,
     owner: String,
-    ttl: Duration,
-    ttl_ms: u64,
     lease: Arc<Lease>,
     stop: CancellationToken,
     auto_renew: bool,
 ) {
-    let mut next_renew = Instant::now() + renew_period(ttl);
+    let mut next_renew = Instant::now() + renew_period(lease.ttl().0);
     loop {
+        // A renew with a new ttl changes it between two rounds.
+        let (ttl, ttl_ms) = lease.ttl();
         let deadline = lease.deadline();
         let wake = if auto_renew {
             next_renew.min(deadline)
@@ -491,7 +540,11 @@ async fn watch(
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            () = lease.moved.notified() => continue,
+            () = lease.moved.notified() => {
+                // A shorter ttl may have come: renew within a third of it.
+                next_renew = next_renew.min(Instant::now() + renew_period(lease.ttl().0));
+                continue;
+            }
             () = sleep_until(wake) => {}
         }
         if Instant::now() >= lease.deadline() {
