@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -142,22 +143,99 @@ pub(crate) struct Context {
     pub(crate) runtime: tokio::runtime::Handle,
 }
 
+/// Whose an owner token is: one guard's alone, or shared by the guards of
+/// one read-write handle ([`crate::RwLock`]), whose two sides are one owner
+/// on the server (so the writer's read is a reentry, and a reader's write
+/// is refused as an upgrade).
+#[derive(Clone)]
+pub(crate) enum Owned {
+    /// `LOCK.RELEASE … ALL` ends exactly this guard's holds, and may be
+    /// sent again until it lands.
+    Alone,
+    /// The handle's guards that still have holds are counted: only the
+    /// last one gives the owner's holds back with `ALL`; the others give
+    /// back their own count, one `LOCK.RELEASE` each.
+    Shared(Arc<HandleHolds>),
+}
+
+/// How many guards of one read-write handle have holds.
+#[derive(Default)]
+pub(crate) struct HandleHolds {
+    live: AtomicUsize,
+}
+
+impl HandleHolds {
+    fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+/// What a release sends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum GiveBack {
+    /// `LOCK.RELEASE … ALL`: idempotent, so retried until it lands.
+    All,
+    /// This many plain `LOCK.RELEASE`s: not idempotent, so sent once.
+    Each(u64),
+}
+
+/// Gives holds back in the background path of every kind of release (a
+/// dropped guard, a release that did not complete, a cancelled acquire):
+/// `ALL` is retried after transport errors until it lands, the server
+/// says the owner holds nothing, or `until` passes (the lease has ended
+/// by then).
+async fn give_back(backend: &dyn Backend, key: &str, owner: &str, what: GiveBack, until: Instant) {
+    match what {
+        GiveBack::Each(n) => {
+            for _ in 0..n {
+                if backend.release(key, owner, false).await.is_err() {
+                    return;
+                }
+            }
+        }
+        GiveBack::All => loop {
+            match backend.release(key, owner, true).await {
+                Ok(_) | Err(Error::NotOwner) => return,
+                Err(_) if Instant::now() >= until => return,
+                Err(_) => tokio::time::sleep(RELEASE_RETRY).await,
+            }
+        },
+    }
+}
+
+/// How soon a release that failed in transit is sent again.
+const RELEASE_RETRY: Duration = Duration::from_millis(50);
+
 /// What a lock call may hold before it hands out a [`Guard`]: a grant whose
-/// reply may not have arrived yet, or that is still being confirmed. Dropped
-/// while armed (the call's future was dropped, or the call gave up), it sends
-/// `LOCK.RELEASE … ALL` in the background and never blocks the drop.
+/// reply may not have arrived yet, or that is still being confirmed. Every
+/// acquire path (lock, try, read, write, permit, Redlock) arms one before
+/// it sends. Dropped while armed (the call's future was dropped, or the
+/// call gave up on a reply that may still come), it gives back in the
+/// background what may have been granted, on the connection the acquire
+/// went on (the shared one, after the acquire), and never blocks the drop.
 pub(crate) struct Pending<'a> {
     ctx: Option<Context>,
     key: &'a str,
     owner: &'a str,
+    owned: Owned,
+    /// How long a grant could last: the retries stop then.
+    ttl: Duration,
 }
 
 impl<'a> Pending<'a> {
-    pub(crate) fn new(ctx: Context, key: &'a str, owner: &'a str) -> Pending<'a> {
+    pub(crate) fn new(
+        ctx: Context,
+        key: &'a str,
+        owner: &'a str,
+        owned: Owned,
+        ttl: Duration,
+    ) -> Pending<'a> {
         Pending {
             ctx: Some(ctx),
             key,
             owner,
+            owned,
+            ttl,
         }
     }
 
@@ -173,14 +251,94 @@ impl Drop for Pending<'_> {
         let Some(ctx) = self.ctx.take() else {
             return;
         };
+        let what = match &self.owned {
+            Owned::Alone => GiveBack::All,
+            // Another guard of the handle holds under this owner: a grant
+            // that crossed the cancel is a reentry of its hold, given back
+            // with the handle's last release (`ALL`); releasing now could
+            // take the other guard's hold instead.
+            Owned::Shared(holds) if holds.live() > 0 => return,
+            Owned::Shared(_) => GiveBack::All,
+        };
         let backend = ctx.backend;
         let key = self.key.to_string();
         let owner = self.owner.to_string();
+        let until = Instant::now() + self.ttl;
+        let job = async move { give_back(&*backend, &key, &owner, what, until).await };
+        ctx.tasks.spawn_on(job, &ctx.runtime);
+    }
+}
+
+/// A release on its way. If the call sending it ends before the server
+/// confirms it (dropped, or a transport error), the guard reports the lock
+/// lost (release not confirmed) at once, and the release is sent again in
+/// the background until it lands or the lease ends; the watchdog is
+/// stopped first and an ephemeral hold's connection closed after.
+struct Unconfirmed {
+    job: Option<ReleaseJob>,
+}
+
+struct ReleaseJob {
+    ctx: Context,
+    key: String,
+    owner: String,
+    lease: Arc<Lease>,
+    what: GiveBack,
+    owned: Owned,
+    watchdog: Option<Watchdog>,
+    binding: Option<Watchdog>,
+}
+
+impl ReleaseJob {
+    /// Runs the release in the background; `lose` first marks the lease
+    /// lost (release not confirmed), for a guard the application still has.
+    fn spawn(self, lose: bool) {
+        if lose {
+            self.lease.lose(LossReason::ReleaseUnconfirmed);
+        }
+        let ReleaseJob {
+            ctx,
+            key,
+            owner,
+            lease,
+            what,
+            owned,
+            watchdog,
+            binding,
+        } = self;
+        if let Owned::Shared(holds) = owned {
+            holds.live.fetch_sub(1, Ordering::SeqCst);
+        }
+        let backend = ctx.backend.clone();
         let job = async move {
-            // Best effort: if it fails, the lease ends by itself.
-            let _ = backend.release(&key, &owner, true).await;
+            if let Some(dog) = watchdog {
+                dog.stop.cancel();
+                let _ = dog.task.await;
+            }
+            // The server's lease end is at most the drift past ours.
+            let (ttl, _) = lease.ttl();
+            let until = lease.deadline() + crate::options::drift(ttl);
+            give_back(&*backend, &key, &owner, what, until).await;
+            if let Some(binding) = binding {
+                binding.stop.cancel();
+            }
         };
         ctx.tasks.spawn_on(job, &ctx.runtime);
+    }
+}
+
+impl Unconfirmed {
+    /// Confirmed: what the job held goes back to the guard.
+    fn disarm(mut self) -> Option<ReleaseJob> {
+        self.job.take()
+    }
+}
+
+impl Drop for Unconfirmed {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            job.spawn(true);
+        }
     }
 }
 
@@ -201,6 +359,7 @@ pub struct Guard {
     lease: Arc<Lease>,
     watchdog: Option<Watchdog>,
     auto_renew: bool,
+    owned: Owned,
     /// An ephemeral hold's connection, kept open by this task, which fires
     /// the loss signal if it closes; stopped (and the connection closed)
     /// once the hold is released.
@@ -240,7 +399,11 @@ impl Guard {
         ttl_ms: u64,
         deadline: Instant,
         auto_renew: bool,
+        owned: Owned,
     ) -> Guard {
+        if let Owned::Shared(holds) = &owned {
+            holds.live.fetch_add(1, Ordering::SeqCst);
+        }
         let mut guard = Guard {
             ctx,
             key,
@@ -250,6 +413,7 @@ impl Guard {
             lease: Arc::new(Lease::new(deadline, ttl, ttl_ms)),
             watchdog: None,
             auto_renew,
+            owned,
             binding: None,
         };
         guard.start_watchdog();
@@ -272,13 +436,6 @@ impl Guard {
         };
         let task = self.ctx.tasks.spawn_on(job, &self.ctx.runtime);
         self.binding = Some(Watchdog { stop, task });
-    }
-
-    /// Closes an ephemeral hold's connection, once the hold is released.
-    fn unbind(&mut self) {
-        if let Some(binding) = self.binding.take() {
-            binding.stop.cancel();
-        }
     }
 
     /// The lock's key.
@@ -394,53 +551,123 @@ impl Guard {
     /// Releases one hold; returns how many are left (0: the lock is free).
     /// Before the last hold goes, the watchdog is stopped and awaited, so
     /// no renew is sent after the release.
+    ///
+    /// A release that does not complete (this future dropped, a timeout, a
+    /// transport error) leaves the guard holding nothing: it reports the
+    /// lock lost ([`LossReason::ReleaseUnconfirmed`]) and the release is
+    /// sent again in the background until it lands or the lease ends.
     pub async fn release(&mut self) -> Result<u64, Error> {
         self.held()?;
-        let last = self.count <= 1;
-        if last {
+        self.hand_back(false).await
+    }
+
+    /// Releases every hold now, whatever the count; cancelled or failed in
+    /// transit, it goes on in the background as [`Guard::release`] does.
+    pub async fn release_all(mut self) -> Result<(), Error> {
+        self.held()?;
+        self.hand_back(true).await.map(|_| ())
+    }
+
+    /// Whether this guard's holds are the last of its owner's: then `ALL`
+    /// gives them back; otherwise (another guard of the same read-write
+    /// handle holds too) its own count does.
+    fn give_back_all(&self) -> GiveBack {
+        match &self.owned {
+            Owned::Shared(holds) if holds.live() > 1 => GiveBack::Each(self.count),
+            _ => GiveBack::All,
+        }
+    }
+
+    /// The one release path: every hold (`all`) or one.
+    async fn hand_back(&mut self, all: bool) -> Result<u64, Error> {
+        let finishing = all || self.count <= 1;
+        if finishing {
             self.stop_watchdog().await;
         }
-        let reply = self
-            .ctx
-            .backend
-            .release(&self.key, &self.owner, false)
-            .await;
-        if !matches!(reply, Ok(left) if left > 0) {
-            self.unbind();
+        let every = self.give_back_all();
+        let what = if finishing { every } else { GiveBack::Each(1) };
+        // From here the guard counts nothing as held until the server
+        // confirms what is left; an unfinished release keeps it so.
+        let count = std::mem::take(&mut self.count);
+        let pending = Unconfirmed {
+            job: Some(ReleaseJob {
+                ctx: self.ctx.clone(),
+                key: self.key.clone(),
+                owner: self.owner.clone(),
+                lease: self.lease.clone(),
+                // Unconfirmed, the guard is done: every hold goes back.
+                what: every,
+                owned: self.owned.clone(),
+                // Not finishing: the retry must stop the watchdog itself.
+                watchdog: self.watchdog.take(),
+                binding: if finishing { self.binding.take() } else { None },
+            }),
+        };
+        let reply = match what {
+            GiveBack::All => self.ctx.backend.release(&self.key, &self.owner, true).await,
+            GiveBack::Each(n) => {
+                let mut left = Ok(0);
+                for _ in 0..n {
+                    left = self
+                        .ctx
+                        .backend
+                        .release(&self.key, &self.owner, false)
+                        .await;
+                    if left.is_err() {
+                        break;
+                    }
+                }
+                left
+            }
+        };
+        let reply = match reply {
+            // Transport trouble: the release may or may not have landed.
+            Err(err) if !matches!(err, Error::NotOwner) => return Err(err),
+            other => other,
+        };
+        let Some(job) = pending.disarm() else {
+            return reply;
+        };
+        self.watchdog = job.watchdog;
+        let left = match (&self.owned, &reply) {
+            // Only this guard's count is ours to keep; the server's count
+            // includes the handle's other guards.
+            (Owned::Shared(_), Ok(_)) if !finishing => count - 1,
+            (Owned::Alone, Ok(left)) => *left,
+            _ => 0,
+        };
+        self.count = left;
+        if left > 0 {
+            self.binding = self.binding.take().or(job.binding);
+            if self.watchdog.is_none() {
+                // More holds than we counted (a retried command): keep
+                // renewing them.
+                self.start_watchdog();
+            }
+        } else {
+            if let Some(binding) = job.binding {
+                binding.stop.cancel();
+            }
+            self.stop_watchdog().await;
+            self.handle_done();
         }
         match reply {
-            Ok(left) => {
-                self.count = left;
-                if left > 0 && self.watchdog.is_none() {
-                    // More holds than we counted (a retried command): keep
-                    // renewing them.
-                    self.start_watchdog();
-                }
-                Ok(left)
-            }
+            Ok(_) => Ok(left),
             Err(err) => {
-                // NOTOWNER: nothing left to hold. Anything else: the lease
-                // ends by itself; we stop renewing it either way.
-                self.stop_watchdog().await;
-                self.count = 0;
+                // The server no longer lists this owner: the hold was lost
+                // before the release came.
+                self.lease.lose(LossReason::NotOwner);
                 Err(err)
             }
         }
     }
 
-    /// Releases every hold now, whatever the count.
-    pub async fn release_all(mut self) -> Result<(), Error> {
-        self.held()?;
-        self.stop_watchdog().await;
-        self.count = 0;
-        let released = self
-            .ctx
-            .backend
-            .release(&self.key, &self.owner, true)
-            .await
-            .map(|_| ());
-        self.unbind();
-        released
+    /// This guard has no holds any more: a read-write handle counts one
+    /// guard less.
+    fn handle_done(&self) {
+        if let Owned::Shared(holds) = &self.owned {
+            holds.live.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     fn held(&self) -> Result<(), Error> {
@@ -486,31 +713,33 @@ impl std::fmt::Debug for Guard {
 
 impl Drop for Guard {
     /// Releases in the background: stops the watchdog, waits for it to end,
-    /// then sends `LOCK.RELEASE … ALL`. Never blocks the dropping thread.
+    /// then gives the holds back (retried until it lands or the lease
+    /// ends), then closes an ephemeral hold's connection. Never blocks the
+    /// dropping thread.
     fn drop(&mut self) {
-        let dog = self.watchdog.take();
-        if let Some(dog) = &dog {
-            dog.stop.cancel();
-        }
-        let binding = self.binding.take();
         if self.count == 0 {
+            if let Some(dog) = self.watchdog.take() {
+                dog.stop.cancel();
+            }
             return;
         }
-        let backend = self.ctx.backend.clone();
-        let key = std::mem::take(&mut self.key);
-        let owner = std::mem::take(&mut self.owner);
-        let job = async move {
-            if let Some(dog) = dog {
-                let _ = dog.task.await;
-            }
-            // Best effort: if it fails, the lease ends by itself (and an
-            // ephemeral hold with its connection, closed just after).
-            let _ = backend.release(&key, &owner, true).await;
-            if let Some(binding) = binding {
-                binding.stop.cancel();
-            }
+        let what = match &self.owned {
+            // A lost hold of a shared owner is gone; what the owner holds
+            // now belongs to the handle's other guards.
+            Owned::Shared(_) if self.is_lost() => GiveBack::Each(0),
+            _ => self.give_back_all(),
         };
-        self.ctx.tasks.spawn_on(job, &self.ctx.runtime);
+        let job = ReleaseJob {
+            ctx: self.ctx.clone(),
+            key: std::mem::take(&mut self.key),
+            owner: std::mem::take(&mut self.owner),
+            lease: self.lease.clone(),
+            what,
+            owned: self.owned.clone(),
+            watchdog: self.watchdog.take(),
+            binding: self.binding.take(),
+        };
+        job.spawn(false);
     }
 }
 
@@ -540,6 +769,9 @@ async fn watch(
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
+            // Lost some other way (a refused release, the connection of an
+            // ephemeral hold): nothing left to watch.
+            () = lease.lost.cancelled() => return,
             () = lease.moved.notified() => {
                 // A shorter ttl may have come: renew within a third of it.
                 next_renew = next_renew.min(Instant::now() + renew_period(lease.ttl().0));

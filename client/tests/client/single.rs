@@ -435,3 +435,58 @@ fn blocking_api_has_the_same_shape() {
         client.background_tasks() == 0
     });
 }
+
+/// `release()` dropped while writes are paused (its `LOCK.RELEASE` lands
+/// after the pause): the guard no longer says it holds the lock, it reports
+/// the loss (release not confirmed), and the release lands by itself after
+/// the pause, so another owner gets the lock long before its lease ends.
+/// Before, the guard said `count() == 1` and `is_lost() == false` for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_reports_the_loss_and_lands_later() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let mut guard = client
+        .try_lock("k", &LockOptions::new(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let _: String = server.q(&["CLIENT", "PAUSE", "500", "WRITE"]);
+    let cancelled = tokio::time::timeout(ms(100), guard.release()).await;
+    assert!(cancelled.is_err(), "the release waited out the pause");
+    assert_eq!(guard.count(), 0);
+    assert!(guard.is_lost());
+    assert_eq!(guard.loss().reason(), Some(LossReason::ReleaseUnconfirmed));
+    let other = client
+        .lock(
+            "k",
+            &LockOptions::new(Duration::from_secs(30)).wait(ms(3_000)),
+        )
+        .await
+        .expect("the release landed after the pause");
+    assert_eq!(guard.count(), 0);
+    assert!(guard.is_lost());
+    drop(other);
+    no_tasks_left(&client).await;
+}
+
+/// A try whose grant is in flight when it is dropped (writes paused, so
+/// the grant lands after the drop) gives the grant back on its own, long
+/// before the 30 s lease; so does a try that gave up on a late reply
+/// (`DEBUG SLEEP` past the client's response timeout). Before, both left
+/// a hold nobody owned for the whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_cancelled_with_its_grant_in_flight_leaves_nothing_held() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    drop(client.try_lock("warm", &opts).await.unwrap());
+    let _: String = server.q(&["CLIENT", "PAUSE", "800", "WRITE"]);
+    let cancelled = tokio::time::timeout(ms(200), client.try_lock("k", &opts)).await;
+    assert!(cancelled.is_err());
+    let sem = client.semaphore("s", 2).unwrap();
+    let cancelled = tokio::time::timeout(ms(200), sem.try_acquire(&opts)).await;
+    assert!(cancelled.is_err());
+    wait_until("both grants are given back", Duration::from_secs(3), || {
+        server.lock_info("k").is_none() && server.lock_info("s").is_none()
+    });
+    no_tasks_left(&client).await;
+}
