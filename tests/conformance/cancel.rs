@@ -9,13 +9,21 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
+/// `cancel=0`: cancelled at once, before the request can have gone out
+/// (or, in a runtime whose timer lets it start, right after it parked: the
+/// lock is held elsewhere, so no grant can come either way).
 #[test]
 fn a_cancel_before_the_send_leaves_nothing() {
     let (server, mut d) = setup();
+    hold_elsewhere(&server, "k", "other");
     d.err_kind(
         "acquire h=a key=k ttl=30000 wait=5000 cancel=0",
         &["cancelled"],
     );
+    wait_until("nobody waits", Duration::from_secs(3), || {
+        server.lock_info("k").map(|i| i.waiters) == Some(0)
+    });
+    server.conn().int(&["LOCK.RELEASE", "k", "other"]);
     nothing_left(&server, &mut d, "k", Duration::from_secs(3));
 }
 
