@@ -48,8 +48,8 @@ const RECONNECT_FOR: Duration = Duration::from_secs(20);
 /// KEYS: the lock, the store's fences (a hash: `seen`, the highest fence of
 /// any operation; `written`, the fence of the last write), the log (a list),
 /// the tallies (a hash). ARGV: the operation (`write`, `read`, `permit`), the
-/// owner, the fence (as text: fences have 19 digits, so text order is number
-/// order, and Lua's doubles would round them), and the unix ms before which
+/// owner, the fence (below 2^53, so exact as a Lua number; it is stored and
+/// logged as the text it came as), and the unix ms before which
 /// the hold's lease surely runs, as the worker reckons it: an operation the
 /// server runs before then is *within* its lease (worker and server share a
 /// clock, one machine).
@@ -64,8 +64,8 @@ const RECONNECT_FOR: Duration = Duration::from_secs(20);
 /// `op owner fence seconds microseconds held within holders`; the tallies
 /// count them by verdict, and `inlease-…` counts refusals within a lease.
 const STORE: &str = r"
-local op, owner, fence = ARGV[1], ARGV[2], ARGV[3]
-if #fence ~= 19 then return redis.error_reply('ERR a fence has 19 digits') end
+local op, owner, fence = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not fence then return redis.error_reply('ERR a fence is a number') end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local within = '0'
@@ -88,14 +88,14 @@ if info then
   holders = #f['holders']
   for _, h in ipairs(f['holders']) do
     local hf = fields(h)
-    if hf['owner'] == owner and hf['fence'] == tonumber(fence)
+    if hf['owner'] == owner and hf['fence'] == fence
         and (op ~= 'write' or f['mode'] == 'exclusive') then
       held = 1
     end
   end
 end
-local seen = redis.call('HGET', KEYS[2], 'seen') or ''
-local written = redis.call('HGET', KEYS[2], 'written') or ''
+local seen = tonumber(redis.call('HGET', KEYS[2], 'seen')) or 0
+local written = tonumber(redis.call('HGET', KEYS[2], 'written')) or 0
 local verdict = 'ok'
 if op == 'write' then
   if fence < seen then verdict = 'stale' end
@@ -111,10 +111,10 @@ if verdict ~= 'ok' then
   end
   return verdict
 end
-if fence > seen then redis.call('HSET', KEYS[2], 'seen', fence) end
-if op == 'write' then redis.call('HSET', KEYS[2], 'written', fence) end
+if fence > seen then redis.call('HSET', KEYS[2], 'seen', ARGV[3]) end
+if op == 'write' then redis.call('HSET', KEYS[2], 'written', ARGV[3]) end
 redis.call('RPUSH', KEYS[3], table.concat(
-  {op, owner, fence, t[1], t[2], held, within, holders}, ' '))
+  {op, owner, ARGV[3], t[1], t[2], held, within, holders}, ' '))
 redis.call('HINCRBY', KEYS[4], 'accepted-' .. op, 1)
 if held == 0 then
   redis.call('HINCRBY', KEYS[4], 'unheld-' .. op, 1)

@@ -30,12 +30,12 @@ const LONGEST: Duration = Duration::from_secs(15 * 60);
 const WORK: Duration = Duration::from_millis(5);
 
 /// Refuses a fence below the highest seen for the key, records it, then
-/// reads (no third argument) or writes. Fences are compared as strings of
-/// equal length: they are above 2^53.
+/// reads (no third argument) or writes. Fences are below 2^53, so Lua
+/// compares them exactly as numbers.
 const STORE: &str = r#"
 local seen = redis.call('GET', KEYS[1] .. ':fence')
 local f = ARGV[1]
-if seen and (#f < #seen or (#f == #seen and f < seen)) then
+if seen and tonumber(f) < tonumber(seen) then
   return redis.error_reply('STALE fence ' .. f .. ' below ' .. seen)
 end
 redis.call('SET', KEYS[1] .. ':fence', f)

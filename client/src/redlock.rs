@@ -22,7 +22,7 @@
 //! What it still assumes: a server of the majority must not forget its raised
 //! counter. The module keeps it in the RDB and the AOF (with the RDB
 //! preamble, Redis's default); a server restarted without its data forgets
-//! it, and falls back to its clock floor (`unix_ms × 2^20`), which is above
+//! it, and falls back to its clock floor (`unix_ms × 2^10`), which is above
 //! `F` only if its clock is not behind the others' by more than the time it
 //! was down. Set `lock.max-ttl` on every Redlock server: after a restart the
 //! server grants nothing for that long (its quarantine), which is what keeps

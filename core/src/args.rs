@@ -52,7 +52,7 @@ pub struct Fence<'a> {
 }
 
 /// The largest `min-fence` at wall-clock time `now_ms`:
-/// `(now_ms + 1 hour) × 2^20`. A bound tied to the clock keeps any client
+/// `(now_ms + 1 hour) × 2^10`. A bound tied to the clock keeps any client
 /// from pushing the counter to the end of the fence space, while leaving a
 /// Redlock client room to raise servers whose clocks lag the others'.
 pub fn max_min_fence(now_ms: u64) -> u64 {
@@ -589,7 +589,7 @@ mod tests {
 
     #[test]
     fn fence_bounds_follow_the_clock() {
-        let max = (NOW_MS + 3_600_000) << 20;
+        let max = (NOW_MS + 3_600_000) << crate::fence::CLOCK_SHIFT;
         let (max_s, over_s) = (max.to_string(), (max + 1).to_string());
         let i64_max = i64::MAX.to_string();
         for (fence, ok) in [
@@ -625,7 +625,7 @@ mod tests {
     #[test]
     fn fence_bound_saturates_at_the_largest_fence() {
         assert_eq!(max_min_fence(u64::MAX), crate::fence::MAX_FENCE);
-        assert_eq!(max_min_fence(0), 3_600_000 << 20);
+        assert_eq!(max_min_fence(0), 3_600_000 << crate::fence::CLOCK_SHIFT);
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub enum LockError {
     BadTimeout,
     /// `LIMIT` is not an integer in `1..=1,000,000`.
     BadLimit,
-    /// `min-fence` is not an integer in `1..=(unix_ms + 1 hour) × 2^20`.
+    /// `min-fence` is not an integer in `1..=(unix_ms + 1 hour) × 2^10`.
     BadFence,
     /// An internal-command integer (count, fence, expiry) is out of range.
     BadNumber,
@@ -91,8 +91,8 @@ const TTL_MESSAGE: &str = "ERR ttl-ms must be an integer from 1 to 1099511627776
 const TIMEOUT_MESSAGE: &str = "ERR timeout-ms must be an integer from 0 to 1099511627776";
 const LIMIT_MESSAGE: &str = "ERR LIMIT must be an integer from 1 to 1000000";
 const FENCE_MESSAGE: &str =
-    "ERR min-fence must be an integer from 1 to (unix_ms + 3600000) * 2^20 of the server clock";
+    "ERR min-fence must be an integer from 1 to (unix_ms + 3600000) * 2^10 of the server clock";
 const _: () = assert!(FENCE_AHEAD_MS == 3_600_000);
-const _: () = assert!(crate::fence::CLOCK_SHIFT == 20);
+const _: () = assert!(crate::fence::CLOCK_SHIFT == 10);
 const _: () = assert!(crate::limits::MAX_LIMIT == 1_000_000);
 const _: () = assert!(MAX_MS == 1_099_511_627_776);

@@ -1,17 +1,20 @@
-//! Fencing tokens: `max(last + 1, unix_ms × 2^20)`.
+//! Fencing tokens: `max(last + 1, unix_ms × 2^10)`.
 //!
 //! The counter part makes every fence this server issues larger than the one
 //! before; the clock floor keeps fences rising across a restart that lost the
 //! counter (persistence off) or a failover to a replica that missed the last
-//! acquisitions, as long as clocks move forward. 2^20 fences per millisecond
-//! fit before the counter runs ahead of the clock, and `unix_ms × 2^20` stays
-//! below `i64::MAX` until the year 2248, so a fence is always a positive RESP
-//! integer.
+//! acquisitions, as long as clocks move forward. 2^10 fences per millisecond
+//! (a million acquisitions a second) fit before the counter runs ahead of the
+//! clock, far above what one server grants. `unix_ms × 2^10` stays below 2^53
+//! until the year 2255, so a fence is exact wherever numbers are doubles: a
+//! Lua script, a JSON parser, a JavaScript `Number`. A counter loaded from
+//! data an older version wrote (fences were `unix_ms × 2^20` then, above
+//! 2^53) keeps rising from where it is: fences never fall.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How far the clock is shifted: fences per millisecond.
-pub const CLOCK_SHIFT: u32 = 20;
+pub const CLOCK_SHIFT: u32 = 10;
 
 /// The largest fence: fences are replied as signed 64-bit integers.
 pub const MAX_FENCE: u64 = i64::MAX as u64;
@@ -65,7 +68,7 @@ mod tests {
 
     #[test]
     fn first_fence_is_the_clock_floor() {
-        assert_eq!(next(0, NOW), NOW << 20);
+        assert_eq!(next(0, NOW), NOW << CLOCK_SHIFT);
     }
 
     #[test]
@@ -78,13 +81,13 @@ mod tests {
 
     #[test]
     fn only_a_counter_past_the_clock_floor_outruns_the_clock() {
-        let floor = NOW << 20;
+        let floor = NOW << CLOCK_SHIFT;
         let cases = [
             (0, false),
             (floor - 1, false),
             (floor, false),
             (floor + 1, true),
-            ((NOW + 3_600_000) << 20, true),
+            ((NOW + 3_600_000) << CLOCK_SHIFT, true),
         ];
         for (last, want) in cases {
             assert_eq!(outruns_clock(last, NOW), want, "last {last}");
@@ -94,7 +97,7 @@ mod tests {
     #[test]
     fn a_later_millisecond_jumps_to_its_floor() {
         let a = next(0, NOW);
-        assert_eq!(next(a, NOW + 1), (NOW + 1) << 20);
+        assert_eq!(next(a, NOW + 1), (NOW + 1) << CLOCK_SHIFT);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes |
 //! | [`holds`] | holds of either mode: exclusive, or shared by owners up to a limit (read locks, semaphores) |
 //! | [`shared_queue`] | which waiting requests of either mode a lock grants now: from the head, shared ones together up to the limit, an exclusive one alone |
-//! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^20)` |
+//! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^10)` |
 //! | [`queue`] | the FIFO of clients waiting on each lock |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |
 //! | [`orchestrate`] | the sequencing around them, over a [`orchestrate::Host`]: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks |

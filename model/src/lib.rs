@@ -226,7 +226,7 @@ where
     }
 }
 
-/// A fence as `tick:counter`: `fence::next` issues `max(last + 1, now × 2^20)`,
+/// A fence as `tick:counter`: `fence::next` issues `max(last + 1, now × 2^10)`,
 /// so the high bits are the tick it was issued at.
 pub struct Fence(pub u64);
 

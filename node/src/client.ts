@@ -3,22 +3,29 @@
  * adapter for node-redis or ioredis.
  */
 
+import { LongTimer, inBackground, pause } from "./background.js";
 import * as cmd from "./commands.js";
 import {
+  InvalidOptionsError,
+  LimitMismatchError,
   LockAbortedError,
   LockNotHeldError,
+  LockRefusedError,
   LockTimeoutError,
+  UpgradeError,
   WouldBlockError,
   classify,
+  isGone,
 } from "./errors.js";
-import { type Backend, Lock, usingLock } from "./lock.js";
+import { type Backend, Lock, SharedOwner, usingLock } from "./lock.js";
 import {
   type Checked,
+  EXCLUSIVE,
   type HoldKind,
   type LockOptions,
   SHARED,
   check,
-  deadline,
+  checkTtl,
   permits,
 } from "./options.js";
 import {
@@ -35,6 +42,43 @@ import {
 const WAIT_MARGIN_MS = 2_000;
 /** How many `MOVED`/`ASK` a wait follows before it gives up. */
 const MAX_REDIRECTS = 5;
+/** How long the undoing of a cancelled wait waits for its release on the wait's connection. */
+const UNDO_MS = 2_000;
+
+/** What `LockClient.resume` needs: the hold's owner token, a lease, and optionally its fence. */
+export interface ResumeOptions {
+  /** The owner token the hold was taken under (`lock.owner` where it was taken). */
+  owner: string;
+  /** The lease from now, in ms (1 to 2^40). */
+  ttl: number;
+  /** The hold's fence (`lock.fence`); read from `LOCK.INFO` when absent. */
+  fence?: bigint;
+  /** Renew every third of the ttl (default true). */
+  watchdog?: boolean;
+}
+
+function checkResume(options: ResumeOptions): { owner: string; ttl: number; fence: bigint | undefined; watchdog: boolean } {
+  if (options === null || typeof options !== "object") {
+    throw new InvalidOptionsError("resume(name, { owner, ttl }): options must be an object");
+  }
+  for (const name of Object.keys(options)) {
+    if (!["owner", "ttl", "fence", "watchdog"].includes(name)) {
+      throw new InvalidOptionsError(`unknown resume option '${name}' (known: owner, ttl, fence, watchdog)`);
+    }
+  }
+  const { owner, fence } = options;
+  if (typeof owner !== "string" || owner.length === 0) {
+    throw new InvalidOptionsError(`owner must be a non-empty string, not ${JSON.stringify(owner)}`);
+  }
+  if (fence !== undefined && typeof fence !== "bigint") {
+    throw new InvalidOptionsError(`fence must be a bigint, not ${typeof fence}`);
+  }
+  const watchdog = options.watchdog ?? true;
+  if (typeof watchdog !== "boolean") {
+    throw new InvalidOptionsError(`watchdog must be true or false, not ${String(watchdog)}`);
+  }
+  return { owner, ttl: checkTtl(options.ttl), fence, watchdog };
+}
 
 /** What `LOCK.INFO` says about a held lock. */
 export interface LockInfo {
@@ -115,18 +159,25 @@ export class LockClient {
    * held, `LockAbortedError` when `signal` aborts it.
    *
    * The wait runs on a connection of its own: a parked command blocks
-   * everything pipelined behind it. Aborting closes that connection, so the
-   * server drops the waiter, and releases a grant that crossed the abort.
+   * everything pipelined behind it. Aborting takes the waiter out of the
+   * server's queue, releases a grant that crossed the abort on that same
+   * connection, then closes it.
    */
   async lock(name: string, options?: LockOptions): Promise<Lock> {
     return this.hold(name, options);
   }
 
+  /** One attempt, at once: `WouldBlockError` if another owner holds the lock. */
+  async tryLock(name: string, options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    return this.hold(name, { ...options, wait: 0 });
+  }
+
   /**
    * The read side of a read-write lock: held beside other readers, never
-   * beside the writer (`writeLock`). Waits as `lock` does, in the same
-   * queue: readers behind a waiting writer wait behind it. The lock has
-   * its own fence, lease and watchdog.
+   * beside the writer. Waits as `lock` does, in the same queue: readers
+   * behind a waiting writer wait behind it. Each call is its own owner; to
+   * read and write as one owner (a writer may read, a reader may not
+   * upgrade), use a `readWriteLock(name)` handle.
    */
   async readLock(name: string, options?: LockOptions): Promise<Lock> {
     return this.hold(name, options, SHARED);
@@ -143,6 +194,18 @@ export class LockClient {
   }
 
   /**
+   * A read-write lock handle on `name` whose two sides share one owner
+   * token: its writer may take the read side (a reentry of its hold, same
+   * fence), and its reader asking for the write side is refused at once
+   * with `UpgradeError`, never queued behind its own read hold. One handle
+   * is one owner: give each task that must exclude the others its own.
+   */
+  readWriteLock(name: string): ReadWriteLock {
+    checkName(name);
+    return new ReadWriteLock(this, name, new SharedOwner(this.#owners.next()));
+  }
+
+  /**
    * A counting semaphore of `limit` permits (1 to 1,000,000) on `name`;
    * each permit is a leased hold of its own. Every user of `name` must ask
    * for the same limit while permits are held or awaited (the server
@@ -153,34 +216,60 @@ export class LockClient {
     return new Semaphore(this, name, permits(limit));
   }
 
-  /** A hold of `kind` (see `lock`). For `Semaphore`. */
-  async hold(name: string, options?: LockOptions, kind?: HoldKind): Promise<Lock> {
+  /**
+   * Continues a hold that another process took, by its owner token (and
+   * fence): acquire in a scheduler, renew and release in a worker. Renews
+   * it at once to `ttl` (rejects with `LockNotHeldError` if the owner does
+   * not hold it), then it is a `Lock` like any other, with its watchdog
+   * unless `watchdog: false`. Without `fence`, it is read from `LOCK.INFO`.
+   */
+  async resume(name: string, options: ResumeOptions): Promise<Lock> {
+    checkName(name);
+    const { owner, ttl, fence, watchdog } = checkResume(options);
+    const sent = performance.now();
+    try {
+      await this.#backend.renew(name, owner, ttl);
+    } catch (err) {
+      if (isGone(err)) {
+        throw new LockNotHeldError(`nothing to resume: ${owner} does not hold ${name}`, { cause: err });
+      }
+      throw err;
+    }
+    const known = fence ?? (await this.info(name))?.holders.find((h) => h.owner === owner)?.fence;
+    if (known === undefined) {
+      throw new LockNotHeldError(`nothing to resume: ${owner} does not hold ${name}`);
+    }
+    return new Lock({ backend: this.#backend, key: name, owner, fence: known, ttl, sent, watchdog });
+  }
+
+  /**
+   * A hold of `kind` (see `lock`), for `Semaphore` and `ReadWriteLock`;
+   * `owner`: the token of a handle whose holds share it. Every acquire of
+   * this client comes through here: an ephemeral one is taken on a
+   * connection of its own, whatever the call.
+   */
+  async hold(name: string, options?: LockOptions, kind?: HoldKind, owner?: SharedOwner): Promise<Lock> {
     checkName(name);
     const opts = check(options, kind);
+    const token = owner?.token ?? this.#owners.next();
     if (opts.ephemeral) {
       // Bound to the connection it is granted on: one of its own, kept.
-      return this.#wait(name, opts);
+      return this.#onOwnLink(name, token, opts, owner);
     }
     if (opts.wait === 0) {
-      return this.#tryOnce(name, opts);
+      return this.#onShared(name, token, opts, owner);
     }
     // A free lock nobody waits for is granted at once on the shared
     // connection; a busy one answers nil (the server lets no one barge in
     // ahead of its waiters), and the call joins the queue.
     try {
-      return await this.#tryOnce(name, opts);
+      return await this.#onShared(name, token, opts, owner);
     } catch (err) {
       if (!(err instanceof WouldBlockError)) {
         throw err;
       }
     }
-    return this.#wait(name, opts);
-  }
-
-  /** One attempt, at once: `WouldBlockError` if another owner holds the lock. */
-  async tryLock(name: string, options?: Omit<LockOptions, "wait">): Promise<Lock> {
-    checkName(name);
-    return this.#tryOnce(name, check({ ...options, wait: 0 }));
+    return this.#onOwnLink(name, token, opts, owner);
   }
 
   /**
@@ -243,85 +332,136 @@ export class LockClient {
     }
   }
 
-  async #tryOnce(name: string, opts: Checked): Promise<Lock> {
+  /** One attempt on the shared connection, at once: `WouldBlockError` if it is held. */
+  async #onShared(name: string, owner: string, opts: Checked, shared: SharedOwner | undefined): Promise<Lock> {
+    if (opts.ephemeral) {
+      // Bound to whatever connection carries it: never the shared one.
+      throw new LockRefusedError("an ephemeral hold is never taken on the shared connection");
+    }
     if (opts.signal?.aborted) {
       throw new LockAbortedError({ cause: opts.signal.reason });
     }
-    const owner = this.#owners.next();
     const sent = performance.now();
-    const attempt = this.#call(name, cmd.acquire(name, owner, opts.ttl, opts.hold));
+    const attempt = this.#call(name, cmd.acquire(name, owner, opts));
     const reply = opts.signal === undefined ? await attempt : await abortable(attempt, opts.signal);
     if (reply === ABORTED) {
-      // The release follows the acquire on the same connection: it undoes
-      // a grant whose reply had not come back yet.
-      attempt.catch(() => undefined);
-      this.#releaseLater(name, owner);
+      this.#undo(name, owner, attempt, shared, null);
       throw new LockAbortedError({ cause: opts.signal?.reason });
     }
     if (reply === null) {
       throw new WouldBlockError();
     }
-    return this.#start(name, owner, toBigInt(reply), opts, deadline(sent, opts.ttl));
+    return this.#start(name, owner, toBigInt(reply), opts, sent, undefined, shared);
   }
 
-  async #wait(name: string, opts: Checked): Promise<Lock> {
+  /**
+   * On a connection of its own: a wait (the server's `WAIT`), or an
+   * ephemeral hold, which stays bound to that connection. A grant whose
+   * confirming renew finds the lock gone (`NOTOWNER`: handed over, then
+   * taken away, as when the master that granted it is demoted) is not a
+   * hold: the call waits again with what is left of its wait.
+   */
+  async #onOwnLink(name: string, owner: string, opts: Checked, shared: SharedOwner | undefined): Promise<Lock> {
+    const waitEnd = opts.wait === null ? null : performance.now() + opts.wait;
+    for (;;) {
+      const { fence, sent, link } = await this.#waitOnce(name, owner, opts, waitEnd, shared);
+      if (performance.now() - sent <= opts.ttl / 3) {
+        return this.#start(name, owner, fence, opts, sent, link, shared);
+      }
+      // The lease runs `ttl` from the grant, which the client cannot see;
+      // after a long wait the send time says little of it. A renew pins it
+      // from its own send time, before the watchdog starts on it.
+      const renewed = performance.now();
+      const confirm = this.#backend.renew(name, owner, opts.ttl);
+      const outcome = await abortable(
+        confirm.then(
+          () => null,
+          (err: unknown) => ({ err }),
+        ),
+        opts.signal,
+      );
+      if (outcome === null) {
+        return this.#start(name, owner, fence, opts, renewed, link, shared);
+      }
+      link?.close();
+      if (outcome === ABORTED) {
+        // Queued on the shared connection behind the renew: the hold goes
+        // whether the renew lands or not.
+        this.#releaseLater(name, owner, shared);
+        throw new LockAbortedError({ cause: opts.signal?.reason });
+      }
+      if (!isGone(outcome.err)) {
+        this.#releaseLater(name, owner, shared);
+        throw outcome.err;
+      }
+      if (opts.wait === 0 || (waitEnd !== null && performance.now() >= waitEnd)) {
+        throw opts.wait === 0 ? new WouldBlockError() : new LockTimeoutError();
+      }
+    }
+  }
+
+  /** One acquire on a connection of its own; the link is returned when it carries an ephemeral hold. */
+  async #waitOnce(
+    name: string,
+    owner: string,
+    opts: Checked,
+    waitEnd: number | null,
+    shared: SharedOwner | undefined,
+  ): Promise<{ fence: bigint; sent: number; link: Link | undefined }> {
     const signal = opts.signal;
     if (signal?.aborted) {
       throw new LockAbortedError({ cause: signal.reason });
     }
-    const owner = this.#owners.next();
-    const started = performance.now();
-    const waitEnd = opts.wait === null ? null : started + opts.wait;
     const giveUpAt = waitEnd === null ? null : waitEnd + WAIT_MARGIN_MS;
     let link: Link | null = null;
     let outcome: { kind: "reply"; reply: Reply } | { kind: "aborted" } | { kind: "late" } | { kind: "error"; error: unknown };
     let abort: (() => void) | undefined;
-    let timer: NodeJS.Timeout | undefined;
+    let timer: LongTimer | undefined;
     // Resolves when the caller aborts or the server is late past its own
-    // deadline: either way the link is closed and a possible grant released.
+    // deadline: either way the waiter is taken out and a possible grant released.
     const interrupted = new Promise<"aborted" | "late">((resolve) => {
       abort = () => resolve("aborted");
       signal?.addEventListener("abort", abort, { once: true });
       if (giveUpAt !== null) {
-        timer = setTimeout(() => resolve("late"), giveUpAt - performance.now());
+        timer = new LongTimer(giveUpAt, () => resolve("late"), true);
       }
     });
     const sent = performance.now();
     let gaveUp = false;
-    try {
-      const attempt = (async (): Promise<Reply> => {
-        let address: string | undefined;
-        let ask = false;
-        for (let hop = 0; ; hop++) {
-          link = await this.#transport.open(name, address);
-          if (gaveUp) {
-            // Interrupted while connecting: nobody will close it otherwise.
-            link.close();
-            throw new LockAbortedError();
-          }
-          // A redirected wait asks the new node for what is left of the wait
-          // (an ephemeral attempt with no wait sends no WAIT at all).
-          const left =
-            opts.wait === 0
-              ? undefined
-              : waitEnd === null
-                ? 0
-                : Math.max(1, Math.ceil(waitEnd - performance.now()));
-          const args = cmd.acquire(name, owner, opts.ttl, opts.hold, left, opts.ephemeral);
-          try {
-            return ask ? await link.callAfter(["ASKING"], args) : await link.call(args);
-          } catch (err) {
-            const moved = redirection(err);
-            if (moved === null || hop >= MAX_REDIRECTS) {
-              throw err;
-            }
-            link.close();
-            link = null;
-            address = moved.address;
-            ask = moved.ask;
-          }
+    const attempt = (async (): Promise<Reply> => {
+      let address: string | undefined;
+      let ask = false;
+      for (let hop = 0; ; hop++) {
+        link = await this.#transport.open(name, address);
+        if (gaveUp) {
+          // Interrupted while connecting: nobody will close it otherwise.
+          link.close();
+          throw new LockAbortedError();
         }
-      })();
+        // A redirected wait asks the new node for what is left of the wait
+        // (an ephemeral attempt with no wait sends no WAIT at all).
+        const left =
+          opts.wait === 0
+            ? undefined
+            : waitEnd === null
+              ? 0
+              : Math.max(1, Math.ceil(waitEnd - performance.now()));
+        const args = cmd.acquire(name, owner, opts, left);
+        try {
+          return ask ? await link.callAfter(["ASKING"], args) : await link.call(args);
+        } catch (err) {
+          const moved = redirection(err);
+          if (moved === null || hop >= MAX_REDIRECTS) {
+            throw err;
+          }
+          link.close();
+          link = null;
+          address = moved.address;
+          ask = moved.ask;
+        }
+      }
+    })();
+    try {
       outcome = await Promise.race([
         attempt.then(
           (reply) => ({ kind: "reply" as const, reply }),
@@ -332,88 +472,187 @@ export class LockClient {
           return { kind: why };
         }),
       ]);
-      // The attempt may still settle after an interruption: nothing to do then.
+      // The attempt may still settle after an interruption: looked at by #undo.
       attempt.catch(() => undefined);
     } finally {
       signal?.removeEventListener("abort", abort as () => void);
-      clearTimeout(timer);
+      timer?.clear();
     }
     const used = link as Link | null;
-    const bound = opts.ephemeral && outcome.kind === "reply" && outcome.reply !== null;
-    if (outcome.kind === "reply") {
-      // Answered, nothing pending on it: it can serve the next wait (unless
-      // an ephemeral hold was granted on it: then it lives as long as the hold).
-      if (!bound) {
-        used?.recycle();
-      }
-    } else {
-      // Closing it is what takes a parked waiter out of the server's queue.
-      used?.close();
-    }
     switch (outcome.kind) {
       case "aborted":
-        // The link is closed, so the server drops the waiter; a grant that
-        // crossed the abort is released (the owner is this call's alone).
-        this.#releaseLater(name, owner);
+        this.#undo(name, owner, attempt, shared, used);
         throw new LockAbortedError({ cause: signal?.reason });
       case "late":
-        this.#releaseLater(name, owner);
+        this.#undo(name, owner, attempt, shared, used);
         throw new LockTimeoutError("the server did not answer the wait in time");
-      case "error":
+      case "error": {
         // A connection that failed mid-wait may have been granted the lock
         // just before: release what this owner may hold.
-        this.#releaseLater(name, owner);
+        used?.close();
+        const error = classify(outcome.error);
+        if (!(error instanceof UpgradeError || error instanceof LimitMismatchError)) {
+          this.#releaseLater(name, owner, shared);
+        }
         if (outcome.error instanceof LockAbortedError) {
           throw new LockAbortedError({ cause: signal?.reason });
         }
-        throw classify(outcome.error);
+        throw error;
+      }
       case "reply":
         break;
     }
-    if (outcome.reply === null) {
+    const granted = outcome.reply !== null;
+    if (!(opts.ephemeral && granted)) {
+      // Answered, nothing pending on it: it can serve the next wait (an
+      // ephemeral hold's lives as long as the hold).
+      used?.recycle();
+    }
+    if (!granted) {
       throw opts.wait === 0 ? new WouldBlockError() : new LockTimeoutError();
     }
-    const fence = toBigInt(outcome.reply);
-    let until: number;
-    if (performance.now() - sent > opts.ttl / 3) {
-      // The lease runs `ttl` from the grant, which the client cannot see;
-      // after a long wait the send time says little of it. A renew pins it
-      // from its own send time, before the watchdog starts on it.
-      const renewed = performance.now();
-      try {
-        await this.#backend.renew(name, owner, opts.ttl);
-      } catch (err) {
-        if (!(err instanceof LockNotHeldError)) {
-          this.#releaseLater(name, owner);
-        }
-        if (bound) {
-          used?.close();
-        }
-        throw err;
-      }
-      until = deadline(renewed, opts.ttl);
-    } else {
-      until = deadline(sent, opts.ttl);
-    }
-    return this.#start(name, owner, fence, opts, until, bound ? (used ?? undefined) : undefined);
+    return { fence: toBigInt(outcome.reply), sent, link: opts.ephemeral ? (used ?? undefined) : undefined };
   }
 
-  #start(name: string, owner: string, fence: bigint, opts: Checked, until: number, bound?: Link): Lock {
+  #start(
+    name: string,
+    owner: string,
+    fence: bigint,
+    opts: Checked,
+    sent: number,
+    bound: Link | undefined,
+    shared: SharedOwner | undefined,
+  ): Lock {
     return new Lock({
       bound,
-      backend: this.#backend,
+      backend: bound === undefined ? this.#backend : this.#boundBackend(bound),
       key: name,
       owner,
       fence,
       ttl: opts.ttl,
-      deadline: until,
+      sent,
       watchdog: opts.watchdog,
+      shared,
     });
   }
 
-  /** Best effort: if it fails, the lease ends by itself. */
-  #releaseLater(name: string, owner: string): void {
-    this.#backend.release(name, owner, true).catch(() => undefined);
+  /** An ephemeral hold's: renewed on the shared connection, released over its own. */
+  #boundBackend(link: Link): Backend {
+    return {
+      renew: this.#backend.renew,
+      reenter: this.#backend.reenter,
+      async release(name, owner, all) {
+        try {
+          return toCount(await link.call(cmd.release(name, owner, all)));
+        } catch (err) {
+          throw classify(err);
+        }
+      },
+    };
+  }
+
+  /**
+   * Undoes an acquire that was cancelled (or late) while its reply may
+   * have been on its way, in the background. With `link` (a wait's own
+   * connection) the release goes on that connection, queued behind the
+   * acquire, and `CLIENT UNBLOCK` from the shared one takes a parked
+   * acquire out of the queue; the link is closed only once the release has
+   * answered (closing first leaves a half-closed connection the server may
+   * still grant to). A shared owner's other holds stay: only a grant seen
+   * in the reply is released, once.
+   */
+  #undo(name: string, owner: string, attempt: Promise<Reply>, shared: SharedOwner | undefined, link: Link | null): void {
+    const exclusive = shared === undefined || shared.live === 0;
+    inBackground(async () => {
+      let unblocked = false;
+      try {
+        if (link === null) {
+          if (exclusive) {
+            // On the shared connection, after the acquire: it undoes a grant
+            // whose reply had not come back yet.
+            await this.#call(name, cmd.release(name, owner, true)).catch(() => undefined);
+          } else if (typeof (await attempt.catch(() => null)) === "string") {
+            await this.#call(name, cmd.release(name, owner, false)).catch(() => undefined);
+          }
+          return;
+        }
+        const release = exclusive
+          ? link.call(cmd.release(name, owner, true))
+          : attempt.then((reply) => (typeof reply === "string" ? (link as Link).call(cmd.release(name, owner, false)) : null));
+        // Answered, even NOTOWNER (nothing was granted): the link has done its part.
+        const answered = release.then(
+          () => true,
+          (err: unknown) => isGone(classify(err)),
+        );
+        void answered.then(() => (unblocked = true));
+        const id = await link.id;
+        const end = performance.now() + UNDO_MS;
+        // Repeated: the acquire may not be parked yet when the first one lands.
+        while (!unblocked && id !== null && performance.now() < end) {
+          await this.#transport.call(name, ["CLIENT", "UNBLOCK", id]).catch(() => undefined);
+          await Promise.race([answered, pause(50)]);
+        }
+        const done = await Promise.race([answered, pause(Math.max(0, end - performance.now())).then(() => false)]);
+        link.close();
+        if (!done && exclusive) {
+          await this.#call(name, cmd.release(name, owner, true)).catch(() => undefined);
+        }
+      } finally {
+        unblocked = true;
+      }
+    });
+  }
+
+  /** Best effort, in the background: if it fails, the lease ends by itself. */
+  #releaseLater(name: string, owner: string, shared: SharedOwner | undefined): void {
+    if (shared !== undefined && shared.live > 0) {
+      // The other side's hold is this owner's too; only the lease can end a
+      // grant nobody saw.
+      return;
+    }
+    inBackground(() => this.#backend.release(name, owner, true));
+  }
+}
+
+/**
+ * A read-write lock on one name whose two sides share one owner token
+ * (`LockClient.readWriteLock`): the writer may read (a reentry of its own
+ * hold), a reader asking for the write side gets `UpgradeError` at once.
+ */
+export class ReadWriteLock {
+  readonly #client: LockClient;
+  readonly #owner: SharedOwner;
+  readonly name: string;
+
+  constructor(client: LockClient, name: string, owner: SharedOwner) {
+    this.#client = client;
+    this.name = name;
+    this.#owner = owner;
+  }
+
+  /** The owner token both sides hold through. */
+  get owner(): string {
+    return this.#owner.token;
+  }
+
+  /** The read side (a writer of this handle: a reentry of its write hold). */
+  readLock(options?: LockOptions): Promise<Lock> {
+    return this.#client.hold(this.name, options, SHARED, this.#owner);
+  }
+
+  /** The read side at once, or `WouldBlockError`. */
+  tryReadLock(options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    return this.#client.hold(this.name, { ...options, wait: 0 }, SHARED, this.#owner);
+  }
+
+  /** The write side; `UpgradeError` at once while this handle holds the read side. */
+  writeLock(options?: LockOptions): Promise<Lock> {
+    return this.#client.hold(this.name, options, EXCLUSIVE, this.#owner);
+  }
+
+  /** The write side at once, or `WouldBlockError` (`UpgradeError` while this handle reads). */
+  tryWriteLock(options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    return this.#client.hold(this.name, { ...options, wait: 0 }, EXCLUSIVE, this.#owner);
   }
 }
 
@@ -465,8 +704,14 @@ export class Semaphore {
 
 const ABORTED = Symbol("aborted");
 
-/** `work`'s result, or `ABORTED` as soon as `signal` aborts. */
-async function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+/** `work`'s result, or `ABORTED` as soon as `signal` aborts (or at once if it has). */
+async function abortable<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T | typeof ABORTED> {
+  if (signal === undefined) {
+    return work;
+  }
+  if (signal.aborted) {
+    return ABORTED;
+  }
   let stop: (() => void) | undefined;
   const aborted = new Promise<typeof ABORTED>((resolve) => {
     stop = () => resolve(ABORTED);

@@ -2,21 +2,26 @@
 
 import type { HoldKind } from "./options.js";
 
-export function acquire(
-  key: string,
-  owner: string,
-  ttl: number,
-  hold: HoldKind,
-  waitMs?: number,
-  ephemeral = false,
-): string[] {
-  const args = ["LOCK.ACQUIRE", key, owner, String(ttl)];
-  if (hold.kind === "shared") {
+/**
+ * What an acquire asks for, as checked: the lease, the kind of hold and
+ * whether it is ephemeral. Taken whole, so no path can build the command
+ * and leave `EPHEMERAL` out.
+ */
+export interface AcquireRequest {
+  readonly ttl: number;
+  readonly hold: HoldKind;
+  readonly ephemeral: boolean;
+}
+
+/** `LOCK.ACQUIRE`; `waitMs` adds `WAIT` (0: no time limit), absent: a single attempt. */
+export function acquire(key: string, owner: string, req: AcquireRequest, waitMs?: number): string[] {
+  const args = ["LOCK.ACQUIRE", key, owner, String(req.ttl)];
+  if (req.hold.kind === "shared") {
     args.push("SHARED");
-  } else if (hold.kind === "permit") {
-    args.push("SHARED", "LIMIT", String(hold.limit));
+  } else if (req.hold.kind === "permit") {
+    args.push("SHARED", "LIMIT", String(req.hold.limit));
   }
-  if (ephemeral) {
+  if (req.ephemeral) {
     args.push("EPHEMERAL");
   }
   if (waitMs !== undefined) {

@@ -218,7 +218,13 @@ function openLink(base: IoredisLike, where?: { host: string; port: number }): Ra
   let held = true;
   // The socket exists once connecting starts; it follows the hold from then.
   own.on("connect", () => (held ? own.stream?.ref() : own.stream?.unref()));
+  // Queued ahead of the link's first command, answered before it.
+  const id = send(own, ["CLIENT", "ID"]).then(
+    (reply) => (typeof reply === "string" ? reply : null),
+    () => null,
+  );
   return {
+    id,
     call: (args) => send(own, args),
     callAfter: (first, args) => {
       send(own, first).catch(() => undefined);

@@ -5,8 +5,9 @@
  * one server, or on a majority of several).
  */
 
-import { LockLostError, LockNotHeldError, type LossReason } from "./errors.js";
-import { deadline, renewPeriod, retryPeriod } from "./options.js";
+import { Activity, LongTimer, inBackground, pause } from "./background.js";
+import { LockAbortedError, LockLostError, LockNotHeldError, type LossReason, isGone } from "./errors.js";
+import { checkReleaseOptions, checkTtl, deadline, renewPeriod, retryPeriod, type ReleaseOptions } from "./options.js";
 import type { Link } from "./transport.js";
 
 /** What a lock needs from where it lives. */
@@ -19,6 +20,18 @@ export interface Backend {
   release(key: string, owner: string, all: boolean): Promise<number>;
 }
 
+/**
+ * An owner token that several `Lock`s may hold through (both sides of one
+ * `ReadWriteLock` handle), and how many of them are held now. A lock whose
+ * owner is shared must never release with `ALL`: that would end the other
+ * side's hold too.
+ */
+export class SharedOwner {
+  /** Holds taken through this owner and not yet released or lost. */
+  live = 0;
+  constructor(readonly token: string) {}
+}
+
 /** Everything a `Lock` is started with. */
 export interface Grant {
   backend: Backend;
@@ -26,18 +39,21 @@ export interface Grant {
   owner: string;
   fence: bigint;
   ttl: number;
-  /** Until when the lease is surely valid (`performance.now()` ms). */
-  deadline: number;
+  /** When the confirmed acquire or renew the deadline counts from was sent (`performance.now()` ms). */
+  sent: number;
   watchdog: boolean;
   /** An ephemeral hold's own connection, kept open until the release. */
   bound?: Link;
+  /** Set when the owner token is shared with other holds (a read-write handle's). */
+  shared?: SharedOwner;
 }
 
 /**
  * A lock held by this client. Send `fence` with every write to the
  * resource it guards. `lost` is aborted (with a `LockLostError`) when the
- * watchdog cannot renew in time or the server says this owner no longer
- * holds it.
+ * watchdog cannot renew in time, the server says this owner no longer
+ * holds it, an ephemeral hold's connection closes, or a release does not
+ * complete; a loss is never cleared.
  *
  * Release it with `release()` (one hold) or `releaseAll()`; a lock never
  * released ends with its lease (the watchdog's timers do not keep the
@@ -46,36 +62,48 @@ export interface Grant {
 export class Lock {
   /** The lock's key. */
   readonly name: string;
-  /** The owner token this lock is held as: unique per lock call. */
+  /**
+   * The owner token this lock is held as: unique per lock call, or shared
+   * by both sides of one `ReadWriteLock` handle. With `fence`, what
+   * `LockClient.resume` needs to continue the hold elsewhere.
+   */
   readonly owner: string;
   /**
    * The fencing token, exact: a `bigint` read from the reply's digits. A
    * store that remembers the highest fence it accepted refuses lower ones.
    */
   readonly fence: bigint;
-  /** The lease in ms. */
-  readonly ttl: number;
   readonly #backend: Backend;
   readonly #loss = new AbortController();
+  #ttl: number;
+  /** Send time of the latest confirmed acquire or renew: the deadline counts from it. */
+  #sent: number;
   #deadline: number;
   #count = 1;
   #watchdog: Watchdog | null = null;
-  readonly #autoRenew: boolean;
+  #autoRenew: boolean;
   #bound: Link | undefined;
+  readonly #shared: SharedOwner | undefined;
+  #ended = false;
 
   /** @internal Built by `LockClient` and `Redlock`. */
   constructor(grant: Grant) {
     this.name = grant.key;
     this.owner = grant.owner;
     this.fence = grant.fence;
-    this.ttl = grant.ttl;
+    this.#ttl = grant.ttl;
+    this.#sent = grant.sent;
+    this.#deadline = deadline(grant.sent, grant.ttl);
     this.#backend = grant.backend;
-    this.#deadline = grant.deadline;
     this.#autoRenew = grant.watchdog;
     this.#bound = grant.bound;
+    this.#shared = grant.shared;
+    if (this.#shared !== undefined) {
+      this.#shared.live++;
+    }
     // The server ends an ephemeral hold when its connection closes.
     this.#bound?.onClose(() => this.lose("disconnected"));
-    this.#startWatchdog();
+    this.#watchdog = new Watchdog(this, this.#backend);
   }
 
   /** Aborted when the lock is lost; its `reason` is a `LockLostError`. */
@@ -88,9 +116,24 @@ export class Lock {
     return this.#loss.signal.aborted;
   }
 
-  /** How many holds this lock has (reentries count); 0 once released. */
+  /** Whether this handle still holds the lock: not released, not lost. */
+  get isHeld(): boolean {
+    return this.#count > 0 && !this.isLost;
+  }
+
+  /** How many holds this handle has (reentries count); 0 once released or given up. */
   get count(): number {
     return this.#count;
+  }
+
+  /** The lease in ms (`renew(ttl)` changes it). */
+  get ttl(): number {
+    return this.#ttl;
+  }
+
+  /** Whether the watchdog renews the lease (`stopRenewing()` turns it off). */
+  get autoRenew(): boolean {
+    return this.#autoRenew;
   }
 
   /** Until when the lease is surely valid here, on `performance.now()`'s clock. */
@@ -98,19 +141,31 @@ export class Lock {
     return this.#deadline;
   }
 
-  /** Renews the lease now (the watchdog does it by itself). */
-  async renew(): Promise<void> {
-    this.#held();
+  /**
+   * Renews the lease now (the watchdog does it by itself). With `ttl`, the
+   * lease becomes that from now on (shorter or longer), and the watchdog
+   * renews with it from then on. Rejects with the `LockLostError` if the
+   * server says the lock is gone (and `lost` fires).
+   */
+  async renew(ttl?: number): Promise<void> {
+    this.#usable();
+    const next = ttl === undefined ? this.#ttl : checkTtl(ttl);
     const sent = performance.now();
     try {
-      await this.#backend.renew(this.name, this.owner, this.ttl);
+      await this.#backend.renew(this.name, this.owner, next);
     } catch (err) {
-      if (err instanceof LockNotHeldError) {
-        this.lose("notowner");
-      }
-      throw err;
+      throw this.#failed(err);
     }
-    this.extend(sent);
+    this.confirmed(sent, next);
+  }
+
+  /**
+   * Stops the watchdog without releasing: the hold stays until its lease
+   * ends (or a `renew()`), and `lost` still fires at the local deadline.
+   */
+  stopRenewing(): void {
+    this.#autoRenew = false;
+    this.#watchdog?.moved();
   }
 
   /**
@@ -118,95 +173,183 @@ export class Lock {
    * reentry needs its own `release()`. Resolves with the new count.
    */
   async reenter(): Promise<number> {
-    this.#held();
+    this.#usable();
     const sent = performance.now();
-    let count: number;
+    const ttl = this.#ttl;
     try {
-      count = await this.#backend.reenter(this.name, this.owner, this.ttl);
+      await this.#backend.reenter(this.name, this.owner, ttl);
     } catch (err) {
-      if (err instanceof LockNotHeldError) {
-        this.lose("notowner");
-      }
-      throw err;
+      throw this.#failed(err);
     }
-    this.extend(sent);
-    this.#count = count;
-    return count;
+    this.confirmed(sent, ttl);
+    this.#count++;
+    return this.#count;
   }
 
   /**
-   * Releases one hold; resolves with how many are left (0: the lock is
-   * free). Before the last hold goes the watchdog is stopped, and a renew in
-   * flight awaited, so no renew is sent after the release.
+   * Releases one hold; resolves with how many the server still counts for
+   * this owner (0: the lock is free). Before this handle's last hold goes,
+   * the watchdog is stopped, and a renew in flight awaited, so no renew is
+   * sent after the release.
+   *
+   * A release that does not complete (aborted by `signal`, a transport
+   * error) rejects, and leaves the lock lost with reason
+   * `"release-unconfirmed"`: the release is retried in the background until
+   * it lands or the lease ends.
    */
-  async release(): Promise<number> {
-    this.#held();
-    if (this.#count <= 1) {
-      await this.#stopWatchdog();
+  async release(options?: ReleaseOptions): Promise<number> {
+    return this.#release(false, options);
+  }
+
+  /** Releases every hold of this handle now, whatever the count. */
+  async releaseAll(options?: ReleaseOptions): Promise<void> {
+    await this.#release(true, options);
+  }
+
+  async #release(all: boolean, options: ReleaseOptions | undefined): Promise<number> {
+    const { signal } = checkReleaseOptions(options);
+    this.#usable();
+    if (signal?.aborted) {
+      throw new LockAbortedError({ cause: signal.reason });
     }
-    try {
-      const left = await this.#backend.release(this.name, this.owner, false);
-      this.#count = left;
-      if (left === 0) {
-        this.#unbind();
+    const last = all || this.#count <= 1;
+    // Several holds of a shared owner: each goes with its own release.
+    const times = all && this.#shared !== undefined ? this.#count : 1;
+    const work = (async (): Promise<number> => {
+      if (last) {
+        await this.#stopWatchdog();
       }
-      if (left > 0 && this.#watchdog === null) {
-        this.#startWatchdog();
+      let left = 0;
+      for (let i = 0; i < times; i++) {
+        left = await this.#releaseOnce(all && this.#shared === undefined);
+        this.#count--;
       }
       return left;
-    } catch (err) {
-      // NOTOWNER: nothing left to hold. Anything else: the lease ends by
-      // itself; either way we stop renewing it.
-      await this.#stopWatchdog();
+    })();
+    const outcome = await settleOrAbort(work, signal);
+    if (outcome.ok) {
+      if (all || this.#count <= 0) {
+        this.#count = 0;
+        this.#end();
+      } else if (this.#watchdog === null) {
+        this.#watchdog = new Watchdog(this, this.#backend);
+      }
+      return outcome.value;
+    }
+    const err = outcome.aborted ? new LockAbortedError({ cause: signal?.reason }) : outcome.error;
+    if (!outcome.aborted && isGone(err)) {
       this.#count = 0;
-      this.#unbind();
-      throw err;
+      throw this.#failed(err);
     }
-  }
-
-  /** Releases every hold now, whatever the count. */
-  async releaseAll(): Promise<void> {
-    this.#held();
-    await this.#stopWatchdog();
+    // Not confirmed: this handle no longer counts on the lock; the release
+    // goes on in the background.
     this.#count = 0;
-    try {
-      await this.#backend.release(this.name, this.owner, true);
-    } finally {
-      this.#unbind();
-    }
+    this.lose("release-unconfirmed");
+    this.#giveUp(work);
+    throw err;
   }
 
-  /** Closes an ephemeral hold's own connection, once the hold is released. */
-  #unbind(): void {
+  async #releaseOnce(all: boolean): Promise<number> {
+    return this.#backend.release(this.name, this.owner, all);
+  }
+
+  /**
+   * Makes sure the hold is released without anyone waiting for it: after
+   * `pending` (a release in flight) settles, releases again until the
+   * server confirms or says it is gone, or the lease ends. An ephemeral
+   * hold is simply closed: the server ends it with its connection.
+   */
+  #giveUp(pending?: Promise<unknown>): void {
+    const bound = this.#bound;
+    const leaseEnd = this.#sent + this.#ttl;
+    this.#end();
+    inBackground(async () => {
+      await this.#stopWatchdog();
+      if (bound !== undefined) {
+        bound.close();
+        return;
+      }
+      const settled = pending === undefined ? false : await settleBy(pending, leaseEnd);
+      if (settled && this.#shared !== undefined) {
+        return;
+      }
+      while (performance.now() < leaseEnd) {
+        try {
+          // A shared owner's other holds stay: one release for this one.
+          await this.#backend.release(this.name, this.owner, this.#shared === undefined);
+          return;
+        } catch (err) {
+          if (isGone(err)) {
+            return;
+          }
+        }
+        await pause(Math.min(retryPeriod(this.#ttl), Math.max(0, leaseEnd - performance.now())));
+      }
+    });
+  }
+
+  /** The hold is over for this handle: closes an ephemeral hold's connection, frees its share. */
+  #end(): void {
+    if (this.#ended) {
+      return;
+    }
+    this.#ended = true;
+    if (this.#shared !== undefined) {
+      this.#shared.live--;
+    }
     this.#bound?.close();
     this.#bound = undefined;
   }
 
-  /** @internal A renew sent at `sent` succeeded. */
-  extend(sent: number): void {
-    const next = deadline(sent, this.ttl);
-    // Renews can overlap (watchdog and a manual one): keep the later.
-    if (next > this.#deadline && !this.isLost) {
-      this.#deadline = next;
-      this.#watchdog?.moved();
+  /**
+   * @internal A renew of `ttl` sent at `sent` was confirmed. Commands on one
+   * connection are served in order, so the latest sent is the latest
+   * served: it sets the lease, shorter or longer.
+   */
+  confirmed(sent: number, ttl: number): void {
+    if (this.isLost || sent < this.#sent) {
+      return;
     }
+    this.#sent = sent;
+    this.#ttl = ttl;
+    this.#deadline = deadline(sent, ttl);
+    this.#watchdog?.renewed(sent);
   }
 
-  /** @internal */
+  /**
+   * @internal Raises the loss signal first, then stops what kept the lock:
+   * nothing is done about a loss before the signal is up.
+   */
   lose(reason: LossReason): void {
-    if (!this.isLost) {
-      this.#loss.abort(new LockLostError(reason));
+    if (this.isLost) {
+      return;
+    }
+    this.#loss.abort(new LockLostError(reason));
+    const dog = this.#watchdog;
+    this.#watchdog = null;
+    dog?.halt();
+    if (reason !== "release-unconfirmed") {
+      this.#count = 0;
+      this.#end();
     }
   }
 
-  #held(): void {
+  /** An error from renew/reenter/release: the loss it reveals, or itself. */
+  #failed(err: unknown): unknown {
+    if (isGone(err)) {
+      this.lose("not-owner");
+      return new LockLostError("not-owner", { cause: err });
+    }
+    return err;
+  }
+
+  #usable(): void {
+    if (this.isLost) {
+      throw this.#loss.signal.reason as LockLostError;
+    }
     if (this.#count === 0) {
       throw new LockNotHeldError("this lock was released");
     }
-  }
-
-  #startWatchdog(): void {
-    this.#watchdog = new Watchdog(this, this.#backend, this.#autoRenew);
   }
 
   async #stopWatchdog(): Promise<void> {
@@ -216,57 +359,106 @@ export class Lock {
   }
 }
 
+type Settled<T> = { ok: true; value: T } | { ok: false; aborted: boolean; error: unknown };
+
+/** `work`'s outcome, or aborted as soon as `signal` aborts (`work` goes on). */
+async function settleOrAbort<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<Settled<T>> {
+  const settled = work.then(
+    (value): Settled<T> => ({ ok: true, value }),
+    (error: unknown): Settled<T> => ({ ok: false, aborted: false, error }),
+  );
+  if (signal === undefined) {
+    return settled;
+  }
+  let stop: (() => void) | undefined;
+  const aborted = new Promise<Settled<T>>((resolve) => {
+    stop = () => resolve({ ok: false, aborted: true, error: undefined });
+    signal.addEventListener("abort", stop, { once: true });
+  });
+  try {
+    return await Promise.race([settled, aborted]);
+  } finally {
+    signal.removeEventListener("abort", stop as () => void);
+  }
+}
+
+/** Whether `work` succeeded before `end` (`performance.now()` ms). */
+async function settleBy(work: Promise<unknown>, end: number): Promise<boolean> {
+  let timer: LongTimer | undefined;
+  const late = new Promise<boolean>((resolve) => {
+    timer = new LongTimer(end, () => resolve(false));
+  });
+  try {
+    return await Promise.race([work.then(() => true, () => false), late]);
+  } finally {
+    timer?.clear();
+  }
+}
+
 /**
- * The watchdog: renews every third of the lease while `autoRenew`, and
- * fires the loss signal on `NOTOWNER` or when the local deadline passes
- * without a renew confirming the lock. After `stop()` it sends nothing more.
+ * The watchdog: renews every third of the lease while the lock renews
+ * itself, and fires the loss signal on `NOTOWNER` (or `WRONGTYPE`) or when
+ * the local deadline passes without a renew confirming the lock. After
+ * `stop()` it sends nothing more. Alive, it counts as a background task.
  */
 class Watchdog {
-  #timer: NodeJS.Timeout | null = null;
+  #timer: LongTimer | null = null;
   #inflight: Promise<void> | null = null;
   #stopped = false;
   #nextRenew: number;
+  readonly #activity = new Activity();
 
   constructor(
     private readonly lock: Lock,
     private readonly backend: Backend,
-    private readonly autoRenew: boolean,
   ) {
     this.#nextRenew = performance.now() + renewPeriod(lock.ttl);
     this.#schedule();
   }
 
-  /** A manual renew moved the deadline. */
+  /** A renew sent at `sent` was confirmed: the next one is a third of the (maybe new) lease later. */
+  renewed(sent: number): void {
+    this.#nextRenew = sent + renewPeriod(this.lock.ttl);
+    this.moved();
+  }
+
+  /** The deadline, or whether the lock renews itself, changed. */
   moved(): void {
     if (this.#inflight === null && !this.#stopped) {
       this.#schedule();
     }
   }
 
+  /** Stops at once, without waiting for a renew in flight (the lock is lost). */
+  halt(): void {
+    this.#stopped = true;
+    this.#timer?.clear();
+    this.#timer = null;
+    this.#activity.end();
+  }
+
   async stop(): Promise<void> {
     this.#stopped = true;
-    if (this.#timer !== null) {
-      clearTimeout(this.#timer);
-      this.#timer = null;
+    this.#timer?.clear();
+    this.#timer = null;
+    try {
+      await this.#inflight;
+    } finally {
+      this.#activity.end();
     }
-    await this.#inflight;
   }
 
   #schedule(): void {
-    if (this.#timer !== null) {
-      clearTimeout(this.#timer);
-    }
-    const wake = this.autoRenew
-      ? Math.min(this.#nextRenew, this.lock.deadline)
-      : this.lock.deadline;
-    this.#timer = setTimeout(() => this.#tick(), Math.max(0, wake - performance.now()));
+    this.#timer?.clear();
+    const wake = this.lock.autoRenew ? Math.min(this.#nextRenew, this.lock.deadline) : this.lock.deadline;
     // A forgotten lock must not keep the process alive: its lease ends.
-    this.#timer.unref();
+    this.#timer = new LongTimer(wake, () => this.#tick());
   }
 
   #tick(): void {
     this.#timer = null;
     if (this.#stopped || this.lock.isLost) {
+      this.#activity.end();
       return;
     }
     const now = performance.now();
@@ -274,7 +466,7 @@ class Watchdog {
       this.lock.lose("expired");
       return;
     }
-    if (!this.autoRenew || now < this.#nextRenew) {
+    if (!this.lock.autoRenew || now < this.#nextRenew) {
       this.#schedule();
       return;
     }
@@ -284,27 +476,28 @@ class Watchdog {
   }
 
   async #renew(sent: number): Promise<void> {
-    let expire: NodeJS.Timeout | undefined;
+    const ttl = this.lock.ttl;
+    let expire: LongTimer | undefined;
     const late = new Promise<"late">((resolve) => {
-      expire = setTimeout(() => resolve("late"), Math.max(0, this.lock.deadline - sent));
-      expire.unref();
+      expire = new LongTimer(this.lock.deadline, () => resolve("late"));
     });
-    const attempt = this.backend.renew(this.lock.name, this.lock.owner, this.lock.ttl).then(
+    const attempt = this.backend.renew(this.lock.name, this.lock.owner, ttl).then(
       () => "ok" as const,
-      (err: unknown) => (err instanceof LockNotHeldError ? ("notowner" as const) : ("failed" as const)),
+      (err: unknown) => (isGone(err) ? ("gone" as const) : ("failed" as const)),
     );
     const outcome = await Promise.race([attempt, late]);
-    clearTimeout(expire);
+    expire?.clear();
     if (this.#stopped) {
       return;
     }
     switch (outcome) {
       case "ok":
-        this.lock.extend(sent);
-        this.#nextRenew = sent + renewPeriod(this.lock.ttl);
+        // Sets the next renew, unless a later renew (a manual one, maybe
+        // with a new ttl) was confirmed first: it decides then.
+        this.lock.confirmed(sent, ttl);
         break;
-      case "notowner":
-        this.lock.lose("notowner");
+      case "gone":
+        this.lock.lose("not-owner");
         return;
       case "late":
         this.lock.lose("expired");
@@ -360,11 +553,6 @@ export async function runHeld<T>(lock: Lock, fn: (signal: AbortSignal) => Promis
     throw result.error;
   }
   if (releaseError !== null) {
-    // The release was refused: the lock was lost while `fn` ran, and the
-    // watchdog had not seen it yet.
-    if (releaseError instanceof LockNotHeldError) {
-      throw new LockLostError("notowner", { cause: releaseError });
-    }
     throw releaseError;
   }
   return result.value;

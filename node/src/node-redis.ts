@@ -112,7 +112,12 @@ async function openLink(base: NodeRedisClientLike, where?: { host: string; port:
   // A dropped link fails its pending command; it must not crash the process.
   own.on("error", () => undefined);
   await own.connect();
+  const id = (own.sendCommand(["CLIENT", "ID"], OPTIONS) as Promise<Reply>).then(
+    (reply) => (typeof reply === "string" ? reply : null),
+    () => null,
+  );
   return {
+    id,
     call: (args) => own.sendCommand(args, OPTIONS) as Promise<Reply>,
     callAfter: (first, args) => {
       const before = own.sendCommand(first, OPTIONS);

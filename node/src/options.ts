@@ -90,12 +90,7 @@ export function check(opts: LockOptions | undefined, hold: HoldKind = EXCLUSIVE)
       );
     }
   }
-  const ttl = opts.ttl ?? 30_000;
-  if (typeof ttl !== "number" || !Number.isInteger(ttl) || ttl < 1 || ttl > MAX_MS) {
-    throw new InvalidOptionsError(
-      `ttl must be a whole number of ms from 1 to 2^40, not ${String(ttl)}`,
-    );
-  }
+  const ttl = checkTtl(opts.ttl ?? 30_000);
   const wait = opts.wait ?? 30_000;
   if (
     typeof wait !== "number" ||
@@ -120,6 +115,44 @@ export function check(opts: LockOptions | undefined, hold: HoldKind = EXCLUSIVE)
     throw new InvalidOptionsError(`ephemeral must be true or false, not ${String(ephemeral)}`);
   }
   return { ttl, wait: wait === Infinity ? null : wait, watchdog, signal, hold, ephemeral };
+}
+
+/** A lease in ms, checked: a whole number from 1 to 2^40. */
+export function checkTtl(ttl: unknown): number {
+  if (typeof ttl !== "number" || !Number.isInteger(ttl) || ttl < 1 || ttl > MAX_MS) {
+    throw new InvalidOptionsError(`ttl must be a whole number of ms from 1 to 2^40, not ${String(ttl)}`);
+  }
+  return ttl;
+}
+
+/** Options of `Lock.release` and `releaseAll`. */
+export interface ReleaseOptions {
+  /**
+   * Gives up waiting for the server's answer: the call rejects with
+   * `LockAbortedError`, the lock is reported lost (`"release-unconfirmed"`)
+   * and the release is retried in the background until it lands or the
+   * lease ends.
+   */
+  signal?: AbortSignal;
+}
+
+/** Checks the options of a release. */
+export function checkReleaseOptions(opts: ReleaseOptions | undefined): ReleaseOptions {
+  if (opts === undefined || opts === null) {
+    return {};
+  }
+  if (typeof opts !== "object") {
+    throw new InvalidOptionsError(`release options must be an object, not ${typeof opts}`);
+  }
+  for (const name of Object.keys(opts)) {
+    if (name !== "signal") {
+      throw new InvalidOptionsError(`unknown release option '${name}' (known: signal)`);
+    }
+  }
+  if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+    throw new InvalidOptionsError("signal must be an AbortSignal");
+  }
+  return opts;
 }
 
 /**

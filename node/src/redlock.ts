@@ -27,6 +27,7 @@ import {
   InvalidOptionsError,
   LockAbortedError,
   LockNotHeldError,
+  LockRefusedError,
   LockTimeoutError,
   ModuleNotLoadedError,
   NoQuorumError,
@@ -117,7 +118,7 @@ export class Redlock {
    */
   async lock(name: string, options?: LockOptions): Promise<Lock> {
     checkName(name);
-    const opts = check(options);
+    const opts = refuseEphemeral(check(options));
     if (opts.wait === 0) {
       return this.#round(name, opts);
     }
@@ -141,7 +142,7 @@ export class Redlock {
   /** One round: the lock if a majority grants it in time, else `NoQuorumError`. */
   async tryLock(name: string, options?: Omit<LockOptions, "wait">): Promise<Lock> {
     checkName(name);
-    return this.#round(name, check({ ...options, wait: 0 }));
+    return this.#round(name, refuseEphemeral(check({ ...options, wait: 0 })));
   }
 
   /** Runs `fn` under the lock and releases it after; see `LockClient.using`. */
@@ -170,7 +171,7 @@ export class Redlock {
       signal?.addEventListener("abort", onAbort, { once: true });
     });
     const round = this.#acquireRound(name, owner, opts.ttl, opts);
-    let outcome: Outcome<{ fence: bigint; until: number }> | "aborted";
+    let outcome: Outcome<{ fence: bigint; sent: number }> | "aborted";
     try {
       outcome = await Promise.race([
         round.then(
@@ -199,7 +200,7 @@ export class Redlock {
       owner,
       fence: outcome.value.fence,
       ttl: opts.ttl,
-      deadline: outcome.value.until,
+      sent: outcome.value.sent,
       watchdog: opts.watchdog,
     });
   }
@@ -210,10 +211,11 @@ export class Redlock {
     owner: string,
     ttl: number,
     opts: Checked,
-  ): Promise<{ fence: bigint; until: number }> {
+  ): Promise<{ fence: bigint; sent: number }> {
     // Measured from the send: a server may have granted right then.
-    const validUntil = deadline(performance.now(), ttl);
-    const replies = await this.#everywhere(key, cmd.acquire(key, owner, ttl, opts.hold));
+    const sent = performance.now();
+    const validUntil = deadline(sent, ttl);
+    const replies = await this.#everywhere(key, cmd.acquire(key, owner, opts));
     const missing = replies.find((r) => !r.ok && r.error instanceof ModuleNotLoadedError);
     if (missing !== undefined && !missing.ok) {
       throw missing.error;
@@ -241,7 +243,7 @@ export class Redlock {
     if (performance.now() >= validUntil) {
       throw new NoQuorumError(granted.length, this.#quorum);
     }
-    return { fence: highest, until: validUntil };
+    return { fence: highest, sent };
   }
 
   async #releaseEverywhere(key: string, owner: string): Promise<void> {
@@ -281,6 +283,21 @@ export class Redlock {
     }
     throw new NoQuorumError(ok.length, this.#quorum);
   }
+}
+
+/**
+ * Redlock cannot keep an ephemeral hold: it would be bound to one
+ * connection per server, and a majority of them closing is not something
+ * any one server sees. Refused rather than quietly made an ordinary hold.
+ */
+function refuseEphemeral(opts: Checked): Checked {
+  if (opts.ephemeral) {
+    throw new LockRefusedError(
+      "Redlock refuses ephemeral holds: no one connection carries a hold spread over several servers " +
+        "(take an ephemeral hold with LockClient on one server)",
+    );
+  }
+  return opts;
 }
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {

@@ -16,6 +16,13 @@ export type Reply = string | null | Reply[] | Map<string, Reply> | { [field: str
 
 /** A connection of its own, for one blocking command. */
 export interface Link {
+  /**
+   * The server's id of this connection (`CLIENT ID`), or null if it could
+   * not be read: `CLIENT UNBLOCK` takes a parked command out of the queue
+   * from another connection, so the link itself can still release a grant
+   * that crossed the cancel before it is closed.
+   */
+  readonly id: Promise<string | null>;
   /** Sends one command; resolves with its reply. */
   call(args: readonly string[]): Promise<Reply>;
   /** Sends several commands at once (`ASKING` and the command after it); the last reply. */
@@ -33,6 +40,8 @@ export interface Link {
 
 /** A connection as an adapter makes it, before pooling. */
 export interface RawLink {
+  /** `CLIENT ID` of the connection, read once when it is opened. */
+  readonly id: Promise<string | null>;
   call(args: readonly string[]): Promise<Reply>;
   callAfter(first: readonly string[], args: readonly string[]): Promise<Reply>;
   destroy(): void;
@@ -74,6 +83,7 @@ export class LinkPool {
   #wrap(node: string, raw: RawLink): Link {
     let done = false;
     return {
+      id: raw.id,
       call: (args) => raw.call(args),
       callAfter: (first, args) => raw.callAfter(first, args),
       close: () => {

@@ -10,6 +10,7 @@ import {
   Redlock,
   type Transport,
 } from "../src/index.js";
+import * as redislock from "../src/index.js";
 import { LIBS, type Connected } from "./libs.js";
 import { Server, waitUntil } from "./servers.js";
 
@@ -37,6 +38,22 @@ for (const lib of LIBS) {
     after(async () => {
       await Promise.all(conns.map((c) => c.close()));
       await Promise.all(servers.map((s) => s.stop()));
+    });
+
+    test("ephemeral is refused with a clear error, and nothing is held", async () => {
+      for (const take of [
+        () => redlock.lock("eph", { ttl: 10_000, ephemeral: true }),
+        () => redlock.tryLock("eph", { ttl: 10_000, ephemeral: true }),
+      ]) {
+        await assert.rejects(take(), (err: unknown) => {
+          assert.ok(err instanceof redislock.LockRefusedError, String(err));
+          assert.match(err.message, /ephemeral/);
+          return true;
+        });
+      }
+      for (const server of servers) {
+        assert.equal(await exists(server, "eph"), false);
+      }
     });
 
     test("a majority grants; every method works; the release frees every server", async () => {
@@ -69,7 +86,7 @@ for (const lib of LIBS) {
       // Server 0's counter runs half an hour ahead, as a server whose clock
       // is ahead would. A gets {0, 1}, so its fence comes from server 0; B
       // gets {1, 2}. Without the round B's fence is below A's.
-      const ahead = (BigInt(Date.now()) + 1_800_000n) << 20n;
+      const ahead = (BigInt(Date.now()) + 1_800_000n) << 10n;
       await servers[0]!.cmd("LOCK.ACQUIRE", "scratch", "x", "60000");
       await servers[0]!.cmd("LOCK.FENCE", "scratch", "x", ahead.toString());
       await servers[0]!.cmd("LOCK.RELEASE", "scratch", "x");

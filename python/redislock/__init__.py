@@ -14,13 +14,14 @@ commands, in both packages.
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._common import ModuleNotLoadedError
+from ._common import LockUpgradeError, ModuleNotLoadedError
 from .lock import Lock, Permit, ReadWriteLock, Semaphore
 
 __all__ = [
     "Lock",
     "LockError",
     "LockNotOwnedError",
+    "LockUpgradeError",
     "ModuleNotLoadedError",
     "Permit",
     "ReadWriteLock",

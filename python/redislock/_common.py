@@ -11,6 +11,29 @@ class ModuleNotLoadedError(LockError):
     (``loadmodule /path/to/libredislock.so`` or ``MODULE LOAD``)."""
 
 
+# Why a hold was lost (``Lock.lost_reason``).
+EXPIRED = "expired"  # its lease ended before a renewal got through
+NOT_OWNER = "not-owner"  # the server refused it (NOTOWNER, or WRONGTYPE over the key)
+DISCONNECTED = "disconnected"  # an ephemeral hold's own connection closed
+RELEASE_UNCONFIRMED = "release-unconfirmed"  # a release did not complete
+
+
+class LockUpgradeError(LockError, ResponseError):
+    """A reader asked for the write side of the lock it reads: refused at
+    once (two readers upgrading would wait on each other forever). Release
+    the read side first. Also a ``ResponseError``: the server's reply."""
+
+
+def drift_margin(lease: float) -> float:
+    """What a hold's loss deadline keeps back from its lease (seconds): 1%
+    of it, for clocks that run at slightly different rates, plus 2 ms."""
+    return lease * 0.01 + 0.002
+
+
+def is_upgrade(error: ResponseError) -> bool:
+    return "holds the lock shared" in str(error)
+
+
 # The lease used when ``timeout`` is None or 0, which in redis-py means "no
 # expiry". The module requires a lease, so such a lock gets this one and is
 # renewed automatically every third of it: held as long as the process lives,
@@ -188,6 +211,8 @@ def hold_is_gone(error: ResponseError) -> bool:
 def translate(error: ResponseError, name: Any) -> Exception:
     """A server error → the exception the caller should see: the module
     missing becomes ModuleNotLoadedError, anything else stays as it is."""
+    if is_upgrade(error):
+        return LockUpgradeError(str(error))
     text = str(error).lower()
     if "unknown command" in text and "lock." in text:
         return ModuleNotLoadedError(

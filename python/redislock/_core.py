@@ -2,18 +2,20 @@
 (``lock.py``, threads) and the asyncio one (``asyncio.py``, tasks) drive it.
 
 Every operation that talks to the server (acquire, release, extend,
-reacquire, locked, owned, one renewal) is a generator here. It yields each
-piece of I/O it needs as a *step* (``Call``, ``Acquire``, ``RefreshSlots``,
-``Sleep``, ``Cleanup``), is sent the reply or has the failure thrown in, and
-returns the operation's result. A transport performs the steps, blocking or
-awaiting, and holds nothing else: the token, fence and lease bookkeeping,
-the renewer's deadline and loss rules, the argument and state checks, what
+reacquire, renew, resume, locked, owned, one renewal) is a generator here.
+It yields each piece of I/O it needs as a *step* (``Call``, ``Acquire``,
+``CallOn``, ``Unbind``, ``RefreshSlots``, ``Sleep``, ``Cleanup``,
+``Background``), is sent the reply or has the failure thrown in, and returns
+the operation's result. A transport performs the steps, blocking or
+awaiting, and looks after each ``Hold`` (its deadline timer, its renewal, its
+connection) with a keeper of its kind; it holds nothing else: the token,
+fence and lease bookkeeping, the deadline and loss rules, the argument and
+state checks, what
 each reply or error means (cluster redirections included) and how errors
 are translated cannot drift between the two. (psycopg 3 shares its protocol
 code between its sync and async connections in the same way.)
 """
 
-import contextlib
 import logging
 import threading
 import time
@@ -32,10 +34,15 @@ from redis.exceptions import (
 )
 
 from ._common import (
+    DISCONNECTED,
+    EXPIRED,
     NO_TIMEOUT_LEASE,
+    NOT_OWNER,
     OTHER_VALUE,
+    RELEASE_UNCONFIRMED,
     Budget,
     acquire_args,
+    drift_margin,
     hold_is_gone,
     is_wrongtype,
     needs_confirmation,
@@ -46,7 +53,7 @@ from ._common import (
     translate,
 )
 
-# How soon the renewer tries again after a transport error (it keeps trying
+# How soon a renewal is tried again after a transport error (it keeps trying
 # until the lease it knows of has ended).
 RETRY_DELAY = 0.1
 
@@ -140,133 +147,164 @@ class Run:
             self.done, self.step, self.result = True, None, finished.value
 
 
+class Background(NamedTuple):
+    """Start ``steps`` in the background (a daemon thread, or a task) and
+    go on at once: a release retried after one that did not complete."""
+
+    steps: Steps
+
+
 # ---------------------------------------------------------------------------
-# Automatic renewal
+# One hold: its lease, its deadline, its loss
 # ---------------------------------------------------------------------------
 
 
-class Renewal:
-    """The rules of one hold's automatic renewal: renew every third of the
-    lease; after a refusal (NOTOWNER, or WRONGTYPE: the hold is gone for
-    good) the hold is lost at once; after any other failure retry soon,
-    until the lease the client knows of ends, which is a loss too. That
-    deadline is the end of the last lease the server confirmed, counted from
-    when the confirming command was sent, so it comes early, never late.
+class Hold:
+    """One hold of a lock, from its grant to its release or loss: the token
+    it was taken under, its fence, its lease and the deadline by which the
+    client stops calling it held, and its own loss signal (``lost``). A loss
+    belongs to the hold it happened to: a later acquire, by this thread or
+    another, makes a new ``Hold`` and never clears this one's signal.
 
-    A transport subclass supplies the thread or task that sleeps the delay
-    ``tick`` returns between ticks, ``wake`` (an Event of its kind) that ends
-    that sleep at once, ``_timer`` to call ``deadline_passed`` at the
-    deadline (a timer, not the renewing thread or task, watches it, because
-    a renewal may be stuck in a paused server), and ``state``, which guards
-    ``stopped``, ``deadline`` and the timer where threads share them."""
+    The deadline is counted from when the command that granted or renewed
+    the lease was sent (the server started it later), less a drift margin
+    (``drift_margin``): so the loss is raised early, never after the
+    server's lease end. It is checked when the signal is read, not only by
+    the keeper's timer, which may be kept waiting for the GIL (or an event
+    loop busy elsewhere) by the application's own code.
 
-    state: ContextManager[Any] = contextlib.nullcontext()
-    wake: Any
-    timer: Any = None  # the last ``_timer``
+    ``keeper`` (the transport's) arms that timer, renews when the lock
+    renews automatically, and watches an ephemeral hold's connection.
+    ``state`` guards ``reason``, ``ended`` and ``deadline`` where threads
+    share them."""
 
-    def __init__(self, lock: "LockCore", token: bytes, lease: float, start: float):
+    keeper: Any = None
+
+    def __init__(
+        self,
+        lock: "LockCore",
+        token: bytes,
+        fence: int,
+        lease: float,
+        sent: float,
+        binding: Any,
+    ):
         self.lock = lock
         self.token = token
+        self.fence = fence
         self.lease = lease
-        self.interval = lease / 3
-        self.command = ("LOCK.RENEW", lock.name, token, seconds_to_ms(lease))
-        # An ephemeral hold's own connection, renewed on (read here, in the
-        # thread that holds: the lock's state is per thread).
-        self.binding = lock._binding()
-        self.stopped = False
-        self.deadline = start + lease
+        self.binding = binding
+        # Acquisitions through this lock object not yet released (a reentry
+        # by the same object counts up; another object's does not).
+        self.count = 1
+        self.state = lock._Mutex()
+        self.reason: Optional[str] = None
+        self.ended = False  # released or forgotten: its loss is no longer watched
+        self.releasing = False  # a release is in flight
+        self.lease_end = sent + lease
+        self.deadline = sent + lease - drift_margin(lease)
+        # When automatic renewal renews next: a third into the last lease
+        # confirmed (sooner after a failed try).
+        self.renew_at = sent + lease / 3
+        self.lost = lock._Signal(self)
+
+    def confirmed(self, sent: float, ttl: float, lease: Optional[float] = None) -> None:
+        """The server confirmed a lease of ``ttl`` seconds counted from
+        ``sent`` (monotonic); ``lease``: the hold's new lease from now on."""
         with self.state:
-            self._rearm()
-
-    # -- transport hooks ------------------------------------------------------
-
-    def _timer(self, delay: float) -> Any:
-        """Start a timer that calls ``deadline_passed`` in ``delay`` seconds;
-        return it (it has ``cancel()``)."""
-        raise NotImplementedError
-
-    def _called_back(self, result: Any) -> None:
-        """What ``on_lost`` returned (asyncio runs a coroutine)."""
-
-    # -- rules ----------------------------------------------------------------
-
-    def _rearm(self) -> None:
-        self._disarm()
-        self.timer = self._timer(max(0.0, self.deadline - time.monotonic()))
-
-    def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-
-    def confirmed(self, deadline: float) -> None:
-        """The server confirmed a lease ending at ``deadline`` (monotonic)."""
-        with self.state:
-            if self.stopped:
+            if lease is not None:
+                self.lease = lease
+            if self.reason is not None or self.ended:
                 return
-            self.deadline = deadline
-            self._rearm()
+            self.lease_end = sent + ttl
+            self.deadline = sent + ttl - drift_margin(ttl)
+            self.renew_at = sent + ttl / 3
+        if self.keeper is not None:
+            self.keeper.rearm()
 
-    def stop(self) -> None:
+    def check(self) -> Optional[str]:
+        """The reason this hold is lost, or None: past its deadline, it is
+        lost now, whoever noticed first."""
+        if self.reason is None and not self.ended and time.monotonic() >= self.deadline:
+            # Noticed by a reader of the signal: the logging and ``on_lost``
+            # are left to the keeper, so the reader goes on at once.
+            self.lose(EXPIRED, "the lease ended before a renewal got through", defer=True)
+        return self.reason
+
+    def lose(self, reason: str, why: str, defer: bool = False) -> None:
+        """Signal the loss, once, before anything else is done about it."""
         with self.state:
-            self.stopped = True
-            self._disarm()
-        self.wake.set()
-
-    def tick(self) -> Steps:
-        """One renewal period: renew unless an ``extend`` gave more than a
-        renewal would. Returns the delay to the next tick, or None once
-        renewing is over (stopped, or the hold lost)."""
-        if self.stopped:
-            return None
-        sent = time.monotonic()
-        if self.deadline - sent > self.lease:
-            return self.interval
-        log = self.lock._log
-        binding = self.binding
-        try:
-            if binding is None:
-                yield from self.lock._call(*self.command)
-            else:
-                # Renewed on the hold's own connection: if it closed, the
-                # server has ended the hold already.
-                try:
-                    yield CallOn(binding, self.command)
-                except (ConnectionError, TimeoutError, OSError):
-                    self._lose("the ephemeral hold's connection closed")
-                    return None
-        except ResponseError as e:
-            if hold_is_gone(e):
-                self._lose(f"the server refused a renewal ({str(e).split()[0]})")
-                return None
-            log.warning("renewing %r failed: %s", self.lock.name, e)
-            return RETRY_DELAY
-        except (ConnectionError, TimeoutError, OSError) as e:
-            log.warning("renewing %r failed, retrying: %s", self.lock.name, e)
-            return RETRY_DELAY
-        self.confirmed(sent + self.lease)
-        return self.interval
-
-    def deadline_passed(self) -> None:
-        with self.state:
-            if self.stopped or time.monotonic() < self.deadline:
+            if self.reason is not None or self.ended:  # a timer and a refusal may race
                 return
-        self._lose("the lease ended before a renewal got through")
+            self.reason = reason
+        self.lost.set()
+        if self.keeper is None:
+            self.report(why)
+        elif defer:
+            self.keeper.stop(report=why)
+        else:
+            self.keeper.stop()
+            self.report(why)
 
-    def _lose(self, why: str) -> None:
-        with self.state:
-            if self.stopped:  # the timer and a refusal may race: one loss
-                return
-            self.stopped = True
-            self._disarm()
-        self.wake.set()
+    def disconnected(self) -> None:
+        """An ephemeral hold's own connection closed: the server ended the
+        hold. During a release that is a release not confirmed (the client
+        gave up on it, or it was cut off), otherwise a plain disconnection."""
+        if self.releasing:
+            self.lose(RELEASE_UNCONFIRMED, "the connection closed during the release")
+        else:
+            self.lose(DISCONNECTED, "the ephemeral hold's connection closed")
+
+    def report(self, why: str) -> None:
+        """Log the loss and call ``on_lost``."""
         lock = self.lock
-        lock._log.warning("lock %r lost: %s", lock.name, why)
-        lock.lost.set()
+        lock._log.warning("lock %r lost (%s): %s", lock.name, self.reason, why)
         if lock.on_lost is not None:
             try:
-                self._called_back(lock.on_lost(lock))
+                result = lock.on_lost(lock)
+                if self.keeper is not None:
+                    self.keeper.called_back(result)
             except Exception:
                 lock._log.exception("on_lost callback of lock %r failed", lock.name)
+
+    def end(self) -> None:
+        """The hold is over for its lock object (released, or forgotten):
+        stop its keeper; a loss it already had stays signalled."""
+        with self.state:
+            self.ended = True
+        if self.keeper is not None:
+            self.keeper.stop()
+
+
+def ticking(hold: Hold) -> Steps:
+    """One automatic renewal, due at ``hold.renew_at``: True to go on, False
+    once renewing is over (the hold ended or was lost). A refusal (NOTOWNER,
+    or WRONGTYPE: the hold is gone for good) loses the hold at once; any
+    other failure is retried soon, until the deadline (the keeper's timer)."""
+    if hold.check() is not None or hold.ended:
+        return False
+    lock = hold.lock
+    sent = time.monotonic()
+    lease = hold.lease
+    try:
+        yield from lock._hold_call(hold, "LOCK.RENEW", lock.name, hold.token, seconds_to_ms(lease))
+    except ResponseError as e:
+        if hold_is_gone(e):
+            hold.lose(NOT_OWNER, f"the server refused a renewal ({str(e).split()[0]})")
+            return False
+        lock._log.warning("renewing %r failed: %s", lock.name, e)
+        hold.renew_at = time.monotonic() + RETRY_DELAY
+        return True
+    except (ConnectionError, TimeoutError, OSError) as e:
+        if hold.binding is not None:
+            # Its own connection failed: the server ends the hold with it.
+            hold.lose(DISCONNECTED, "the ephemeral hold's connection closed")
+            return False
+        lock._log.warning("renewing %r failed, retrying: %s", lock.name, e)
+        hold.renew_at = time.monotonic() + RETRY_DELAY
+        return True
+    hold.confirmed(sent, lease)
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -276,19 +314,23 @@ class Renewal:
 
 class LockCore:
     """What the sync and the asyncio ``Lock`` share: redis-py's constructor,
-    this thread's hold (token, fence, renewer), the checks of local state and
-    every operation, as generators of steps. A transport subclass sets the
-    class attributes below, performs the steps and gives the public methods
-    their sync or async form."""
+    this thread's hold (a ``Hold``), the checks of local state and every
+    operation, as generators of steps. A transport subclass sets the class
+    attributes below, performs the steps and gives the public methods their
+    sync or async form."""
 
     no_timeout_lease: float = NO_TIMEOUT_LEASE
     # What LOCK.ACQUIRE asks for after the lease: () exclusive, or a shared
     # mode (``_common.shared_mode``) in read locks and semaphore permits.
     _mode: tuple = ()
+    # The other side of a read-write handle, whose hold in this thread (if
+    # any) gives this side its owner token.
+    _sibling: Optional["LockCore"] = None
 
     # Set by each transport.
-    _Event: Callable[[], Any]  # the type of ``lost``
-    _Renewer: Type[Renewal]
+    _Signal: Callable[[Optional[Hold]], Any]  # the type of ``lost``
+    _Keeper: Callable[["LockCore", Hold], Any]
+    _Mutex: Callable[[], ContextManager[Any]]  # guards a Hold's state
     _log: logging.Logger
     # redis-py's sync lock names the lock in each error it raises; its asyncio
     # lock only when a release finds no token. Each twin keeps its original's.
@@ -323,31 +365,59 @@ class LockCore:
         # The hold lives on a connection of its own, kept until the release;
         # the server ends it when that connection closes.
         self.ephemeral = bool(ephemeral)
-        self.lost = self._Event()
-        # Per thread (as in redis-py): token, fence and renewer of this hold.
+        # Per thread (as in redis-py): this thread's hold, its token (redis-py's
+        # attribute, kept for code that reads it) and the loss signal of its
+        # last hold, which outlives the hold.
         self.local = threading.local() if self.thread_local else SimpleNamespace()
         self.local.token = None
 
     # -- state ----------------------------------------------------------------
 
+    def _hold(self) -> Optional[Hold]:
+        """This thread's hold (lost or not) until it is released or forgotten."""
+        return getattr(self.local, "hold", None)
+
     @property
     def token(self) -> Optional[bytes]:
         """This thread's token while it holds the lock, else None."""
-        return getattr(self.local, "token", None)
+        hold = self._hold()
+        return None if hold is None else hold.token
 
     @property
     def fence(self) -> Optional[int]:
         """The fencing token of the current hold (None when not held): pass it
         to the resource you protect, which rejects a lower one than it saw."""
-        return getattr(self.local, "fence", None) if self.token is not None else None
+        hold = self._hold()
+        return None if hold is None else hold.fence
+
+    @property
+    def lost(self) -> Any:
+        """The loss signal of this thread's last hold (an Event): set once
+        that hold is lost, and never cleared; a new hold has a new one."""
+        signal = getattr(self.local, "signal", None)
+        if signal is None:
+            signal = self.local.signal = self._Signal(None)
+        return signal
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """Why this thread's last hold was lost (``expired``, ``not-owner``,
+        ``disconnected``, ``release-unconfirmed``), or None."""
+        hold = self.lost.hold
+        return None if hold is None else hold.check()
+
+    @property
+    def held(self) -> bool:
+        """True while this thread holds the lock as far as the client knows:
+        acquired, not released, not lost, its deadline not passed. (``owned()``
+        asks the server.)"""
+        hold = self._hold()
+        return hold is not None and hold.check() is None
 
     @property
     def lease(self) -> float:
-        """The lease in seconds each acquisition and renewal asks for."""
+        """The lease in seconds a fresh acquisition asks for."""
         return float(self.timeout) if self.timeout else float(self.no_timeout_lease)
-
-    def _renewer(self) -> Optional[Renewal]:
-        return getattr(self.local, "renewer", None)
 
     def _encode(self, value: Any) -> bytes:
         return self.redis.get_encoder().encode(value)
@@ -355,63 +425,77 @@ class LockCore:
     def _error(self, cls: Type[LockError], message: str, named: bool = False) -> LockError:
         return cls(message, lock_name=self.name if named or self._names_errors else None)
 
-    def _held(self, token: bytes, fence: int, start: float) -> None:
-        """Record a successful acquisition in this thread's state. ``start``:
-        when the command that granted (or confirmed) the lease was sent. The
-        server started the lease later, so the loss deadline counted from
-        here can come early, never late."""
-        renewer = self._renewer()
-        if self.token == token:  # a reentry: the lease was reset, same hold
-            if renewer is not None:
-                renewer.confirmed(start + self.lease)
-            return
-        if renewer is not None:
-            renewer.stop()  # a hold this thread forgot about (new token)
+    def _lost_error(self, verb: str) -> LockError:
+        """What a call about a lost hold raises: redis-py's exception and
+        message (``lost_reason`` tells why)."""
+        return self._error(LockNotOwnedError, f"Cannot {verb} a lock that's no longer owned")
+
+    def _owner_token(self) -> bytes:
+        """The token a fresh acquisition without one of its own uses: a new
+        random one, or, on a side of a read-write handle, the one this
+        thread holds either side under (both sides are one owner)."""
+        if self._sibling is not None:
+            for side in (self._sibling, self):
+                hold = side._hold()
+                if hold is not None and hold.reason is None:
+                    return hold.token
+        return uuid.uuid4().hex.encode()
+
+    def _adopt(self, token: bytes, fence: int, sent: float, binding: Any) -> Steps:
+        """Make a fresh grant this thread's hold. ``sent``: when the command
+        that granted (or confirmed) the lease was sent."""
+        previous = self._hold()
+        if previous is not None:  # a hold this thread forgot about (new token)
+            yield from self._forget(previous)
+        hold = Hold(self, token, fence, self.lease, sent, binding)
+        self.local.hold = hold
         self.local.token = token
-        self.local.fence = fence
-        self.lost.clear()
-        self.local.renewer = (
-            self._Renewer(self, token, self.lease, start) if self.auto_renewal else None
-        )
+        self.local.signal = hold.lost
+        hold.keeper = self._Keeper(self, hold)
 
-    def _binding(self) -> Any:
-        """This thread's ephemeral hold's own connection, if any."""
-        return getattr(self.local, "binding", None) if self.token is not None else None
+    def _forget(self, hold: Hold) -> Steps:
+        """Forget ``hold`` (and close its own connection)."""
+        hold.end()
+        if self._hold() is hold:
+            self.local.hold = None
+            self.local.token = None
+        if hold.binding is not None:
+            yield Unbind(hold.binding)
 
-    def _forget(self) -> Steps:
-        """Forget this thread's hold (and close its own connection)."""
-        renewer = self._renewer()
-        if renewer is not None:
-            renewer.stop()
-        binding = self._binding()
-        self.local.renewer = None
-        self.local.token = None
-        self.local.fence = None
-        self.local.binding = None
-        if binding is not None:
-            yield Unbind(binding)
+    def _hold_call(self, hold: Hold, *args: Any) -> Steps:
+        """A command about ``hold``: on its own connection if it has one (an
+        ephemeral hold never needs a pooled connection), else through the
+        client."""
+        if hold.binding is None:
+            return (yield from self._call(*args))
+        try:
+            return (yield CallOn(hold.binding, args))
+        except ResponseError as e:
+            raise translate(e, self.name) from None
 
     # -- checks of local state, before any I/O ----------------------------------
 
-    def _releasable(self) -> bytes:
-        """The token a release undoes an acquisition of."""
-        token = self.token
-        if token is None:
+    def _releasable(self) -> Hold:
+        """The hold a release undoes an acquisition of."""
+        hold = self._hold()
+        if hold is None:
             raise self._error(
                 LockError,
                 "Cannot release a lock that's not owned or is already unlocked.",
                 named=True,
             )
-        return token
+        return hold
 
-    def _renewable(self, verb: str) -> bytes:
-        """The token ``extend`` or ``reacquire`` (``verb``) renews."""
-        token = self.token
-        if token is None:
+    def _renewable(self, verb: str, need_timeout: bool = True) -> Hold:
+        """The hold ``extend``, ``reacquire`` or ``renew`` (``verb``) renews."""
+        hold = self._hold()
+        if hold is None:
             raise self._error(LockError, f"Cannot {verb} an unlocked lock")
-        if self.timeout is None:
+        if need_timeout and self.timeout is None:
             raise self._error(LockError, f"Cannot {verb} a lock with no timeout")
-        return token
+        if hold.check() is not None:
+            raise self._lost_error(verb)
+        return hold
 
     def _not_acquired(self) -> LockError:
         """What entering a ``with`` block raises when acquire returned False."""
@@ -424,6 +508,14 @@ class LockCore:
             return False
         self._log.warning("Lock was unlocked or no longer owned when exiting context manager.")
         return True
+
+    def stop_renewal(self) -> None:
+        """Stop renewing this thread's hold automatically, without releasing
+        it: it stays held until its lease ends (then ``lost`` is set with
+        reason ``expired``), or until ``renew``/``extend`` or a release."""
+        hold = self._hold()
+        if hold is not None and hold.keeper is not None:
+            hold.keeper.stop_renewing()
 
     # -- operations -------------------------------------------------------------
 
@@ -444,7 +536,7 @@ class LockCore:
     ) -> Steps:
         """``acquire``: True once held, False if not within the time allowed.
         Unset arguments come from the constructor's."""
-        token = uuid.uuid4().hex.encode() if token is None else self._encode(token)
+        token = self._owner_token() if token is None else self._encode(token)
         if sleep is None:
             sleep = self.sleep
         if blocking is None:
@@ -452,10 +544,16 @@ class LockCore:
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
         budget = Budget(blocking, blocking_timeout, time.monotonic())
+        current = self._hold()
+        reentry = current is not None and current.token == token and current.reason is None
+        # Held under this token already (this side or, on a read-write
+        # handle, the other): the server counts a grant as a reentry, which
+        # an interrupted acquire must not release.
+        known = reentry or token == self._owner_token()
         while True:
             sent = time.monotonic()
             try:
-                fence = yield from self._granting(token, budget.wait(sent))
+                fence = yield from self._granting(token, budget.wait(sent), known)
             except ResponseError as e:
                 if not is_wrongtype(e):
                     raise translate(e, self.name) from None
@@ -470,28 +568,39 @@ class LockCore:
                 fence, binding = fence
             if fence is None:
                 return False
-            if self.token != token and needs_confirmation(time.monotonic() - sent, self.lease):
-                sent = time.monotonic()
-                if not (yield from self._confirming(token)):
-                    if binding is not None:
-                        yield Unbind(binding)
-                    # Granted, but over before we knew: queue again if time is left.
-                    if budget.again(time.monotonic()):
-                        continue
-                    return False
-            if binding is not None and self.token == token:
-                # A reentry binds nothing new: the hold keeps its connection.
-                yield Unbind(binding)
-                binding = None
-            if self.token != token:
-                forgotten = self._binding()  # a hold this thread forgot about
-                self.local.binding = binding
-                if forgotten is not None:
-                    yield Unbind(forgotten)
-            self._held(token, int(fence), sent)
+            try:
+                if not reentry and needs_confirmation(time.monotonic() - sent, self.lease):
+                    sent = time.monotonic()
+                    confirmed = yield from self._confirming(token, binding, known)
+                    if not confirmed:
+                        # Granted, but over before we knew (a failover, say):
+                        # not a hold. Queue again if time is left.
+                        if binding is not None:
+                            yield Unbind(binding)
+                            binding = None
+                        if budget.again(time.monotonic()):
+                            continue
+                        return False
+            except GeneratorExit:
+                raise
+            except BaseException:
+                if binding is not None:  # closing it ends the grant on the server
+                    yield Cleanup(self._unbinding(binding))
+                raise
+            if reentry:
+                if binding is not None:
+                    # A reentry binds nothing new: the hold keeps its connection.
+                    yield Unbind(binding)
+                current.count += 1
+                current.confirmed(sent, self.lease, self.lease)
+                return True
+            yield from self._adopt(token, int(fence), sent, binding)
             return True
 
-    def _granting(self, token: bytes, wait: Optional[int]) -> Steps:
+    def _unbinding(self, binding: Any) -> Steps:
+        yield Unbind(binding)
+
+    def _granting(self, token: bytes, wait: Optional[int], known: bool) -> Steps:
         """One ``LOCK.ACQUIRE``: the fence, or None. An error reply granted
         nothing; any other failure (a timeout, a lost connection, Ctrl-C, a
         cancel) may have crossed a grant, so that is released before the
@@ -504,7 +613,8 @@ class LockCore:
         except (ResponseError, GeneratorExit):
             raise
         except BaseException:
-            yield from self._abandon(token)
+            if not known:
+                yield from self._abandon(token)
             raise
 
     def _sending_acquire(self, args: tuple, wait: Optional[int]) -> Steps:
@@ -530,34 +640,51 @@ class LockCore:
                     yield RefreshSlots()
         raise LockError("too many cluster redirections for LOCK.ACQUIRE", lock_name=self.name)
 
-    def _confirming(self, token: bytes) -> Steps:
+    def _confirming(self, token: bytes, binding: Any, known: bool) -> Steps:
         """Renew a fresh grant whose reply came late (see needs_confirmation):
-        False if its hold has ended already. Failures as in _granting."""
+        False if its hold has ended already. An ephemeral grant is renewed on
+        its own connection (closing which, on a failure, ends it); any other
+        failure releases the grant, as in _granting."""
+        args = ("LOCK.RENEW", self.name, token, seconds_to_ms(self.lease))
         try:
-            yield from self._call("LOCK.RENEW", self.name, token, seconds_to_ms(self.lease))
+            if binding is None:
+                yield from self._call(*args)
+            else:
+                yield CallOn(binding, args)
         except GeneratorExit:
             raise
         except BaseException as e:
             if isinstance(e, ResponseError) and hold_is_gone(e):
                 return False
-            yield from self._abandon(token)
+            if binding is None and not known:
+                yield from self._abandon(token)
             raise
         return True
 
     def _abandon(self, token: bytes) -> Steps:
         """Release what an interrupted acquisition may have been granted: a
         hold whose token nobody knows keeps everyone out for its whole lease.
-        Not for this thread's own token: that acquisition was a reentry that
-        may or may not have counted, and a release could end the hold itself."""
-        if token != self.token:
-            yield Cleanup(self._releasing_abandoned(token))
+        In the background, so the interruption is not held up by a server
+        that is slow to answer (the acquiring connection is closed already,
+        so no grant can come after this release). Not for a reentry: it may
+        or may not have counted, and a release could end the hold itself."""
+        yield Background(self._releasing_abandoned(token))
 
     def _releasing_abandoned(self, token: bytes) -> Steps:
-        try:
-            yield from self._call("LOCK.RELEASE", self.name, token)
-        except Exception as e:  # the caller sees the failure that brought us here
-            if not (isinstance(e, ResponseError) and hold_is_gone(e)):
-                self._log.warning("releasing %r after a failed acquire failed: %s", self.name, e)
+        lease_end = time.monotonic() + self.lease
+        while True:
+            try:
+                yield from self._call("LOCK.RELEASE", self.name, token, "ALL")
+                return
+            except ResponseError as e:
+                if not hold_is_gone(e):
+                    self._log.warning("releasing %r after a failed acquire: %s", self.name, e)
+                return
+            except Exception as e:
+                if time.monotonic() >= lease_end:
+                    self._log.warning("releasing %r after a failed acquire: %s", self.name, e)
+                    return
+            yield Sleep(RETRY_DELAY)
 
     def _reading_info(self) -> Steps:
         """The lock's ``LOCK.INFO`` fields (None: free); ``OTHER_VALUE`` when
@@ -576,58 +703,122 @@ class LockCore:
         token = self.token
         return owned_by((yield from self._reading_info()), token, self._encode)
 
-    # The three below run with this hold's renewer (if any) held still (the
+    # The operations below run with this hold's renewal held still (the
     # transport's ``_paused``): no renewal is in flight while the lease
     # changes or the lock is released, and none is sent after the release.
 
-    def _releasing(self, token: bytes) -> Steps:
+    def _releasing(self, hold: Hold) -> Steps:
+        lost = hold.check()
+        hold.releasing = True
         try:
-            remaining = yield from self._call("LOCK.RELEASE", self.name, token)
+            remaining = yield from self._hold_call(hold, "LOCK.RELEASE", self.name, hold.token)
+        except GeneratorExit:
+            raise
         except ResponseError as e:
             if not hold_is_gone(e):
                 raise
-            yield from self._forget()
-            raise self._error(
-                LockNotOwnedError, "Cannot release a lock that's no longer owned"
-            ) from None
-        if int(remaining) == 0:
-            yield from self._forget()
+            hold.lose(NOT_OWNER, f"the server refused the release ({str(e).split()[0]})")
+            yield from self._forget(hold)
+            raise self._lost_error("release") from None
+        except BaseException:
+            # Sent or not, landed or not: unknown. The lock no longer
+            # reports it held; the release is retried until it lands or the
+            # lease ends (an ephemeral hold ends with its connection).
+            hold.lose(RELEASE_UNCONFIRMED, "the release did not complete")
+            yield from self._forget(hold)
+            if hold.binding is None:
+                yield Background(self._retrying_release(hold))
+            raise
+        finally:
+            hold.releasing = False
+        hold.count -= 1
+        if int(remaining) == 0 or hold.count <= 0 or lost is not None:
+            yield from self._forget(hold)
+        if lost is not None:
+            raise self._lost_error("release")
 
-    def _extending(
-        self,
-        token: bytes,
-        additional_time: float,
-        replace_ttl: bool,
-        renewer: Optional[Renewal],
-    ) -> Steps:
+    def _retrying_release(self, hold: Hold) -> Steps:
+        """Release ``hold`` on the server (all its count) until the release
+        lands, the server says it is gone, or its lease ends."""
+        while time.monotonic() < hold.lease_end:
+            try:
+                yield from self._call("LOCK.RELEASE", self.name, hold.token, "ALL")
+                return
+            except ResponseError as e:
+                if hold_is_gone(e):
+                    return
+                self._log.warning("releasing %r again failed: %s", self.name, e)
+            except Exception as e:
+                self._log.warning("releasing %r again failed, retrying: %s", self.name, e)
+            yield Sleep(RETRY_DELAY)
+
+    def _extending(self, hold: Hold, additional_time: float, replace_ttl: bool) -> Steps:
         sent = time.monotonic()
         ttl_ms = int(additional_time * 1000)
         if not replace_ttl:
             # The module renews to a ttl from now, so read what is left first.
             # RENEW checks ownership again: a lock lost in between is refused.
-            hold = own_hold((yield from self._reading_info()), token, self._encode)
-            if hold is None:
-                raise self._error(LockNotOwnedError, "Cannot extend a lock that's no longer owned")
-            ttl_ms += int(hold["ttl"])
+            own = own_hold((yield from self._reading_info()), hold.token, self._encode)
+            if own is None:
+                hold.lose(NOT_OWNER, "the lock is no longer held by this token")
+                raise self._lost_error("extend")
+            ttl_ms += int(own["ttl"])
         ttl_ms = max(1, ttl_ms)
-        yield from self._renewing_or_raise(token, ttl_ms, "extend")
-        if renewer is not None:
-            renewer.confirmed(sent + ttl_ms / 1000)
+        yield from self._renewing_or_raise(hold, ttl_ms, "extend")
+        # This lease only: automatic renewal renews a third into it, back to
+        # the hold's lease (``renew(ttl)`` changes that).
+        hold.confirmed(sent, ttl_ms / 1000)
         return True
 
-    def _reacquiring(self, token: bytes, renewer: Optional[Renewal]) -> Steps:
+    def _renewing(self, hold: Hold, ttl: Optional[float], verb: str) -> Steps:
+        """Renew to ``ttl`` seconds (None: the hold's lease), which becomes
+        the hold's lease: what automatic renewal renews to from then on."""
         sent = time.monotonic()
-        yield from self._renewing_or_raise(token, seconds_to_ms(self.lease), "reacquire")
-        if renewer is not None:
-            renewer.confirmed(sent + self.lease)
+        lease = hold.lease if ttl is None else float(ttl)
+        ttl_ms = seconds_to_ms(lease)
+        yield from self._renewing_or_raise(hold, ttl_ms, verb)
+        hold.confirmed(sent, ttl_ms / 1000, ttl_ms / 1000)
         return True
 
-    def _renewing_or_raise(self, token: bytes, ttl_ms: int, verb: str) -> Steps:
+    def _renewing_or_raise(self, hold: Hold, ttl_ms: int, verb: str) -> Steps:
         try:
-            yield from self._call("LOCK.RENEW", self.name, token, ttl_ms)
+            yield from self._hold_call(hold, "LOCK.RENEW", self.name, hold.token, ttl_ms)
         except ResponseError as e:
             if not hold_is_gone(e):
                 raise
+            hold.lose(NOT_OWNER, f"the server refused a renewal ({str(e).split()[0]})")
+            raise self._lost_error(verb) from None
+
+    def _not_resumable(self) -> LockError:
+        return self._error(LockNotOwnedError, "Cannot resume a lock that's not owned by this token")
+
+    def _resuming(
+        self, token: Any, fence: Optional[int], ttl: Optional[float]
+    ) -> Steps:
+        """Continue a hold taken elsewhere (another process) under ``token``:
+        renew it to ``ttl`` (None: this lock's lease), which confirms it
+        exists, and make it this thread's hold."""
+        if self.ephemeral:
             raise self._error(
-                LockNotOwnedError, f"Cannot {verb} a lock that's no longer owned"
-            ) from None
+                LockError, "an ephemeral hold lives on its connection: it cannot be resumed"
+            )
+        if self._hold() is not None:
+            raise self._error(LockError, "this thread already holds this lock")
+        token = self._encode(token)
+        lease = self.lease if ttl is None else float(ttl)
+        sent = time.monotonic()
+        try:
+            yield from self._call("LOCK.RENEW", self.name, token, seconds_to_ms(lease))
+        except ResponseError as e:
+            if not hold_is_gone(e):
+                raise
+            raise self._not_resumable() from None
+        if fence is None:
+            own = own_hold((yield from self._reading_info()), token, self._encode)
+            if own is None:
+                raise self._not_resumable()
+            fence = int(own["fence"])
+        yield from self._adopt(token, int(fence), sent, None)
+        hold = self._hold()
+        hold.confirmed(sent, lease, lease)
+        return True

@@ -37,10 +37,12 @@ class ReadWriteLockBase:
         *,
         auto_renewal: Optional[bool] = None,
         on_lost: Optional[Callable[[Any], Any]] = None,
+        ephemeral: bool = False,
     ):
         self.redis = redis
         self.name = name
         options = dict(
+            ephemeral=ephemeral,
             timeout=timeout,
             sleep=sleep,
             blocking=blocking,
@@ -53,6 +55,10 @@ class ReadWriteLockBase:
         self._read = self._Lock(redis, name, **options)
         self._read._mode = shared_mode()
         self._write = self._Lock(redis, name, **options)
+        # One owner for both sides (per thread where per-thread): the writer
+        # reenters when it reads, and a reader asking to write is refused.
+        self._read._sibling = self._write
+        self._write._sibling = self._read
 
     def read_lock(self) -> Any:
         """The read side: held by any number of readers at once, never
@@ -63,8 +69,8 @@ class ReadWriteLockBase:
 
     def write_lock(self) -> Any:
         """The write side: held alone. A reader asking for it is refused
-        with an error (two readers upgrading would wait on each other
-        forever): release the read side first."""
+        at once with ``LockUpgradeError`` (two readers upgrading would wait
+        on each other forever): release the read side first."""
         return self._write
 
 
@@ -89,8 +95,10 @@ class SemaphoreBase:
         *,
         auto_renewal: Optional[bool] = None,
         on_lost: Optional[Callable[[Any], Any]] = None,
+        ephemeral: bool = False,
     ):
         self._mode = shared_mode(limit)
+        self.ephemeral = ephemeral
         self.redis = redis
         self.name = name
         self.limit = limit
@@ -110,6 +118,7 @@ class SemaphoreBase:
             thread_local=False,
             auto_renewal=self.auto_renewal,
             on_lost=self.on_lost,
+            ephemeral=self.ephemeral,
         )
         permit._mode = self._mode
         return permit

@@ -4,7 +4,8 @@
 or ``redis.asyncio.RedisCluster`` (``r.lock(name, lock_class=Lock)``).
 
 The logic is the sync lock's, in ``_core``; this module performs its steps
-by awaiting and renews with tasks.
+by awaiting and looks after each hold with a timer, a renewal task and,
+for an ephemeral hold, the connection's protocol.
 
 Token storage is redis-py's: with ``thread_local=True`` (the default) the
 token lives in a ``threading.local``, so tasks of one event loop that share
@@ -15,27 +16,31 @@ hold has its own random token checked by the server.
 """
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import math
+import time
 from functools import partial
 from typing import Any, Awaitable, Callable, Literal, NamedTuple, Optional, Set
 
 from redis.exceptions import LockError, ResponseError, TimeoutError
 
-from ._common import read_timeout
+from ._common import EXPIRED, read_timeout
 from ._core import (
     Acquire,
+    Background,
     Call,
     CallOn,
     Cleanup,
+    Hold,
     LockCore,
     RefreshSlots,
-    Renewal,
     Run,
     Sleep,
     Steps,
     Unbind,
+    ticking,
 )
 from ._shared import ReadWriteLockBase, SemaphoreBase
 
@@ -120,43 +125,189 @@ async def _maybe_await(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# Automatic renewal
+# A hold's keeper: deadline, renewal, connection watch
 # ---------------------------------------------------------------------------
 
+# Every background task of this module is named with this prefix
+# (``running()`` counts them, and the deadline timers armed).
+TASK_PREFIX = "redislock-"
+_armed: Set["_Keeper"] = set()
 
-class _Renewer(Renewal):
-    """A task renewing one hold, a ``call_later`` on the loop for its
-    deadline (see ``Renewal``). ``mutex`` is held while a ``LOCK.RENEW`` is
-    in flight and while the owner changes the lease or releases. The loop
-    runs one step at a time, so ``state`` needs no lock here."""
 
-    def __init__(self, lock: "Lock", token: bytes, lease: float, start: float):
-        self.mutex = asyncio.Lock()
-        self.loop = asyncio.get_running_loop()
-        self.wake = asyncio.Event()
-        super().__init__(lock, token, lease, start)
-        self.task = self.loop.create_task(self._run(), name=f"redislock-renew:{lock.name!r}")
+def running() -> int:
+    """Background tasks of this module still alive (renewals, releases
+    retried) and deadline timers armed, across every lock."""
+    tasks = sum(1 for t in asyncio.all_tasks() if t.get_name().startswith(TASK_PREFIX))
+    return tasks + len(_armed)
 
-    def _timer(self, delay: float) -> asyncio.TimerHandle:
-        return self.loop.call_later(delay, self.deadline_passed)
 
-    def _called_back(self, result: Any) -> None:
-        if asyncio.iscoroutine(result):
-            self.loop.create_task(result)
+class _Signal(asyncio.Event):
+    """A hold's ``lost``: an ``asyncio.Event`` that also compares the hold's
+    deadline whenever it is read or awaited, so a loss is seen on time even
+    while the loop is busy elsewhere and its timer has not run."""
 
-    async def _sleep(self, delay: float) -> bool:
-        """Sleep ``delay`` seconds; True if stopped meanwhile."""
-        try:
-            await asyncio.wait_for(self.wake.wait(), delay)
+    def __init__(self, hold: Optional[Hold]):
+        super().__init__()
+        self.hold = hold
+
+    def is_set(self) -> bool:
+        if super().is_set():
             return True
-        except asyncio.TimeoutError:
-            return False
+        # The hold's reason is set just before the Event: a loss another
+        # thread is signalling right now reads as set already.
+        return self.hold is not None and self.hold.check() is not None
 
-    async def _run(self) -> None:
-        delay = self.interval
-        while delay is not None and not await self._sleep(delay):
+    async def wait(self) -> Literal[True]:
+        while not self.is_set():
+            hold = self.hold
+            if hold is None or hold.reason is not None or hold.ended:
+                return await super().wait()
+            try:
+                await asyncio.wait_for(super().wait(), max(0.0, hold.deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+        return True
+
+
+class _Watch(asyncio.Protocol):
+    """Stands in front of an ephemeral hold's connection's protocol to hear
+    of its close at once (the server has then ended the hold): the loop
+    reads the socket all the time, so nothing else has to."""
+
+    def __init__(self, inner: Any, closed: Callable[[], None]):
+        self.inner = inner
+        self.closed = closed
+
+    def connection_made(self, transport: Any) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> Optional[bool]:
+        self.closed()
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.closed()
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+class _Keeper:
+    """What looks after one hold: a ``call_later`` on its deadline (always),
+    a renewal task (with automatic renewal) and, for an ephemeral hold, a
+    watch on its own connection. ``mutex`` is held while a ``LOCK.RENEW`` is
+    in flight and while the owner changes the lease or releases."""
+
+    def __init__(self, lock: "Lock", hold: Hold):
+        self.lock = lock
+        self.hold = hold
+        self.loop = asyncio.get_running_loop()
+        self.mutex = asyncio.Lock()
+        self.changed = asyncio.Event()  # the deadline changed, or renewing ended
+        self.stopped = False
+        self.renewing = lock.auto_renewal
+        self.timer: Optional[asyncio.TimerHandle] = None
+        self.task: Optional["asyncio.Task[Any]"] = None
+        self.rearm()
+        if lock.auto_renewal:
+            self.task = self.loop.create_task(
+                self._renewing(), name=f"{TASK_PREFIX}renew:{lock.name!r}"
+            )
+        self.transport = None
+        if hold.binding is not None:
+            self._watch(hold.binding.conn)
+
+    def _watch(self, conn: Any) -> None:
+        writer = getattr(conn, "_writer", None)
+        transport = None if writer is None else writer.transport
+        if transport is None or transport.is_closing():
+            self.loop.call_soon(self._closed)
+            return
+        self.transport = transport
+        transport.set_protocol(_Watch(transport.get_protocol(), self._closed))
+
+    def _unwatch(self) -> None:
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            watch = transport.get_protocol()
+            if isinstance(watch, _Watch):
+                transport.set_protocol(watch.inner)
+
+    def _closed(self) -> None:
+        if not self.stopped:
+            self.hold.disconnected()
+
+    def rearm(self) -> None:
+        self.changed.set()
+        if self.stopped:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        delay = max(0.0, self.hold.deadline - _TIMER_LEAD - time.monotonic())
+        self.timer = self.loop.call_later(delay, self._deadline_passed)
+        _armed.add(self)
+
+    def _deadline_passed(self) -> None:
+        self.timer = None
+        _armed.discard(self)
+        if self.stopped:
+            return
+        if time.monotonic() < self.hold.deadline - _TIMER_LEAD:
+            self.rearm()  # renewed meanwhile
+            return
+        self.hold.lose(EXPIRED, "the lease ended before a renewal got through")
+
+    def stop_renewing(self) -> None:
+        self.renewing = False
+        self.changed.set()
+
+    def stop(self, report: Optional[str] = None) -> None:
+        """Stop everything; ``report``: a loss to log and call ``on_lost``
+        about soon (so the code that noticed it goes on)."""
+        if report is not None and not self.stopped:
+            self.loop.call_soon(self.hold.report, report)
+        self.stopped = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        _armed.discard(self)
+        self._unwatch()
+        self.renewing = False
+        self.changed.set()
+
+    def called_back(self, result: Any) -> None:
+        if asyncio.iscoroutine(result):
+            task = self.loop.create_task(result)
+            _shielded.add(task)
+            task.add_done_callback(_shielded.discard)
+
+    async def _renewing(self) -> None:
+        hold = self.hold
+        while self.renewing:
+            left = hold.renew_at - time.monotonic()
+            if left > 0:
+                self.changed.clear()
+                try:
+                    await asyncio.wait_for(self.changed.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
+                continue
             async with self.mutex:
-                delay = await self.lock._drive(self.tick())
+                if not self.renewing or not await self.lock._drive(ticking(hold)):
+                    return
+
+
+# An event loop's callbacks are not kept waiting for the GIL as threads
+# are, but another thread of the application may hold it: the timer wakes
+# a little early (see the sync lock's ``_timer_lead``).
+_TIMER_LEAD = 0.01
 
 
 # ---------------------------------------------------------------------------
@@ -170,8 +321,9 @@ class Lock(LockCore):
     ``asyncio.Event``; ``on_lost`` may be a plain function or a coroutine
     function."""
 
-    _Event = asyncio.Event
-    _Renewer = _Renewer
+    _Signal = _Signal
+    _Keeper = _Keeper
+    _Mutex = contextlib.nullcontext  # the loop runs one step at a time
     _log = logger
     _names_errors = False
 
@@ -205,6 +357,12 @@ class Lock(LockCore):
             _shielded.add(cleanup)
             cleanup.add_done_callback(_shielded.discard)
             return await asyncio.shield(cleanup)
+        if isinstance(step, Background):
+            task = asyncio.ensure_future(self._drive(step.steps))
+            task.set_name(f"{TASK_PREFIX}release:{self.name!r}")
+            _shielded.add(task)
+            task.add_done_callback(_shielded.discard)
+            return None
         if isinstance(step, CallOn):
             conn = step.binding.conn
             await conn.send_command(*step.args)
@@ -214,14 +372,10 @@ class Lock(LockCore):
             return await _maybe_await(step.binding.release(step.binding.conn))
         raise TypeError(f"not a step: {step!r}")
 
-    async def _paused(self, operation: Callable[[Optional[Renewal]], Steps]) -> Any:
-        """Drive ``operation(renewer)`` with this hold's renewer (if any)
-        held still."""
-        renewer = self._renewer()
-        if renewer is None:
-            return await self._drive(operation(None))
-        async with renewer.mutex:
-            return await self._drive(operation(renewer))
+    async def _paused(self, hold: Hold, operation: Callable[[], Steps]) -> Any:
+        """Drive ``operation()`` with ``hold``'s renewal held still."""
+        async with hold.keeper.mutex:
+            return await self._drive(operation())
 
     # -- context manager (as redis-py) ---------------------------------------
 
@@ -257,8 +411,11 @@ class Lock(LockCore):
         return await self._drive(self._owned())
 
     async def release(self) -> None:
-        token = self._releasable()
-        await self._paused(lambda renewer: self._releasing(token))
+        """As ``redislock.Lock.release``: cancelled, it leaves the lock
+        reporting not held, lost with reason ``release-unconfirmed``, and
+        the release retried in the background."""
+        hold = self._releasable()
+        await self._paused(hold, partial(self._releasing, hold))
 
     # Not coroutine functions, as in redis-py: the checks of local state
     # raise at the call, the round trips happen when awaited.
@@ -266,12 +423,23 @@ class Lock(LockCore):
     def extend(
         self, additional_time: float, replace_ttl: bool = False
     ) -> Awaitable[Literal[True]]:
-        token = self._renewable("extend")
-        return self._paused(partial(self._extending, token, additional_time, replace_ttl))
+        hold = self._renewable("extend")
+        return self._paused(hold, partial(self._extending, hold, additional_time, replace_ttl))
 
     def reacquire(self) -> Awaitable[Literal[True]]:
-        token = self._renewable("reacquire")
-        return self._paused(partial(self._reacquiring, token))
+        hold = self._renewable("reacquire")
+        return self._paused(hold, partial(self._renewing, hold, self.lease, "reacquire"))
+
+    def renew(self, ttl: Optional[float] = None) -> Awaitable[Literal[True]]:
+        """As ``redislock.Lock.renew``."""
+        hold = self._renewable("renew", need_timeout=False)
+        return self._paused(hold, partial(self._renewing, hold, ttl, "renew"))
+
+    async def resume(
+        self, token: Any, fence: Optional[int] = None, ttl: Optional[float] = None
+    ) -> Literal[True]:
+        """As ``redislock.Lock.resume``."""
+        return await self._drive(self._resuming(token, fence, ttl))
 
 
 # ---------------------------------------------------------------------------

@@ -1,12 +1,18 @@
 """The synchronous Lock: redis-py's ``redis.lock.Lock`` interface on ``LOCK.*``.
 
 The logic is in ``_core``; this module performs its steps with blocking I/O
-and renews with threads. Layout: the transport helpers (a blocking wait on a
-connection of its own, plain and cluster), the ``_Renewer`` (one daemon
-thread per hold), then ``Lock`` itself.
+and looks after each hold with daemon threads. Layout: the transport helpers
+(a blocking wait on a connection of its own, plain and cluster), a hold's
+``_Signal`` (its ``lost``) and ``_Keeper`` (deadline timer, renewal and
+connection watch threads), then ``Lock`` itself.
 """
 
+import heapq
+import itertools
 import logging
+import os
+import select
+import sys
 import threading
 import time
 from functools import partial
@@ -15,19 +21,21 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Type
 
 from redis.exceptions import LockError, ResponseError
 
-from ._common import read_timeout
+from ._common import EXPIRED, read_timeout
 from ._core import (
     Acquire,
+    Background,
     Call,
     CallOn,
     Cleanup,
+    Hold,
     LockCore,
     RefreshSlots,
-    Renewal,
     Run,
     Sleep,
     Steps,
     Unbind,
+    ticking,
 )
 from ._shared import ReadWriteLockBase, SemaphoreBase
 
@@ -72,42 +80,227 @@ def _acquire_on(pool: Any, step: Acquire) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# Automatic renewal
+# A hold's keeper: deadline, renewal, connection watch
 # ---------------------------------------------------------------------------
 
+# Every background thread of this module is named with this prefix
+# (``running()`` counts them).
+THREAD_PREFIX = "redislock-"
 
-class _Renewer(Renewal):
-    """A daemon thread renewing one hold, a ``threading.Timer`` on its
-    deadline (see ``Renewal``). ``mutex`` is held while a ``LOCK.RENEW`` is
-    in flight and while the owner changes the lease or releases: so no
-    renewal is ever sent after a release."""
+# Linux reports a peer's close as POLLRDHUP without reporting data as well.
+_CLOSED = getattr(select, "POLLRDHUP", 0x2000) | select.POLLHUP | select.POLLERR
 
-    def __init__(self, lock: "Lock", token: bytes, lease: float, start: float):
-        self.mutex = threading.RLock()
-        self.state = threading.Lock()  # guards stopped, deadline, timer
-        self.wake = threading.Event()
-        super().__init__(lock, token, lease, start)
-        self.thread = threading.Thread(
-            target=self._run, name=f"redislock-renew:{lock.name!r}", daemon=True
-        )
-        self.thread.start()
 
-    def _timer(self, delay: float) -> threading.Timer:
-        timer = threading.Timer(delay, self.deadline_passed)
-        timer.daemon = True
-        timer.start()
-        return timer
+def _timer_lead() -> float:
+    """How much before a deadline its timer wakes: a thread waking from a
+    wait needs the GIL back, which the application's threads hand over only
+    every switch interval (5 ms by default); two of them leave room."""
+    return 2 * sys.getswitchinterval()
 
-    def confirmed(self, deadline: float) -> None:
-        # Under mutex, so confirmations arrive in command order.
-        with self.mutex:
-            super().confirmed(deadline)
+
+def _start(target: Callable[[], Any], what: str, name: Any) -> threading.Thread:
+    thread = threading.Thread(target=target, name=f"{THREAD_PREFIX}{what}:{name!r}", daemon=True)
+    thread.start()
+    return thread
+
+
+def running() -> int:
+    """Background threads of this module still alive (renewals, deadline
+    timers, connection watches, releases retried), across every lock."""
+    return sum(1 for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX))
+
+
+class _Signal(threading.Event):
+    """A hold's ``lost``: a ``threading.Event`` that also compares the hold's
+    deadline whenever it is read or waited on, so a loss is seen on time
+    even while the timer thread waits for the GIL."""
+
+    def __init__(self, hold: Optional[Hold]):
+        super().__init__()
+        self.hold = hold
+
+    def is_set(self) -> bool:
+        if super().is_set():
+            return True
+        # The hold's reason is set just before the Event: a loss another
+        # thread is signalling right now reads as set already.
+        return self.hold is not None and self.hold.check() is not None
+
+    isSet = is_set
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            now = time.monotonic()
+            left = None if end is None else end - now
+            if left is not None and left <= 0:
+                return False
+            hold = self.hold
+            if hold is not None and hold.reason is None and not hold.ended:
+                until = max(0.0, hold.deadline - now)
+                left = until if left is None else min(left, until)
+            super().wait(None if left is None else min(left, threading.TIMEOUT_MAX))
+        return True
+
+
+class _Deadlines:
+    """One daemon thread that fires the deadline of every hold of the
+    process (a thread per hold would cost a thread start per acquire). It
+    only sets signals, which cannot block; logging and ``on_lost`` run on a
+    thread of their own. It ends after a moment with nothing to watch."""
+
+    IDLE = 0.5  # seconds with no deadline before the thread ends
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.heap: list = []  # (when, sequence, keeper)
+        self.sequence = itertools.count()
+        self.thread: Optional[threading.Thread] = None
+
+    def arm(self, keeper: "_Keeper", when: float) -> None:
+        with self.cond:
+            heapq.heappush(self.heap, (when, next(self.sequence), keeper))
+            if self.thread is None:
+                self.thread = _start(self._run, "deadlines", "every lock")
+            elif self.heap[0][2] is keeper:
+                self.cond.notify()
+
+    def drop(self) -> None:
+        """A keeper stopped: let the thread drop its entry (and end when
+        none is left) instead of sleeping until that deadline."""
+        with self.cond:
+            self.cond.notify()
 
     def _run(self) -> None:
-        delay = self.interval
-        while delay is not None and not self.wake.wait(delay):
+        self.cond.acquire()
+        try:
+            while True:
+                if not self.heap:
+                    if not self.cond.wait(self.IDLE) and not self.heap:
+                        self.thread = None
+                        return
+                    continue
+                when, _, keeper = self.heap[0]
+                if keeper.stopped or keeper.when != when:  # stale
+                    heapq.heappop(self.heap)
+                    continue
+                left = when - time.monotonic()
+                if left > 0:
+                    self.cond.wait(min(left, threading.TIMEOUT_MAX))
+                    continue
+                heapq.heappop(self.heap)
+                self.cond.release()
+                try:
+                    keeper.due()
+                finally:
+                    self.cond.acquire()
+        finally:
+            self.cond.release()
+
+
+_deadlines = _Deadlines()
+
+
+class _Keeper:
+    """What looks after one hold: its deadline (on the shared ``_Deadlines``
+    thread), a renewal thread (with automatic renewal) and, for an ephemeral
+    hold, a thread watching its own connection. ``mutex`` is held while a
+    ``LOCK.RENEW`` is in flight and while the owner changes the lease or
+    releases: so no renewal is ever sent after a release."""
+
+    def __init__(self, lock: "Lock", hold: Hold):
+        self.lock = lock
+        self.hold = hold
+        self.mutex = threading.RLock()
+        # Guards stopped, renewing and the pipe; notified when any of them or
+        # the hold's deadline changes.
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.renewing = lock.auto_renewal
+        self.when = 0.0  # the deadline timer armed last
+        self.rearm()
+        if self.renewing:
+            _start(self._renewing, "renew", lock.name)
+        self.pipe: Optional[tuple] = None
+        if hold.binding is not None:
+            self.pipe = os.pipe()
+            _start(self._watching, "watch", lock.name)
+
+    def rearm(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+            if self.stopped:
+                return
+            # A little before the deadline: ``_timer_lead``.
+            self.when = self.hold.deadline - _timer_lead()
+        _deadlines.arm(self, self.when)
+
+    def due(self) -> None:
+        """The deadline timer fired (on the shared thread)."""
+        if self.stopped:
+            return
+        if time.monotonic() < self.hold.deadline - _timer_lead():
+            self.rearm()  # renewed meanwhile
+            return
+        self.hold.lose(EXPIRED, "the lease ended before a renewal got through", defer=True)
+
+    def stop_renewing(self) -> None:
+        with self.cond:
+            self.renewing = False
+            self.cond.notify_all()
+
+    def stop(self, report: Optional[str] = None) -> None:
+        """Stop everything; ``report``: a loss to log and call ``on_lost``
+        about on a thread of its own (so the thread that noticed it goes on)."""
+        with self.cond:
+            first = not self.stopped
+            self.stopped = True
+            self.renewing = False
+            self.cond.notify_all()
+            if self.pipe is not None:
+                os.write(self.pipe[1], b"x")
+        if first:
+            _deadlines.drop()
+        if report is not None and first:
+            _start(partial(self.hold.report, report), "lost", self.lock.name)
+
+    def called_back(self, result: Any) -> None:
+        pass
+
+    def _renewing(self) -> None:
+        hold = self.hold
+        while True:
+            with self.cond:
+                while self.renewing:
+                    left = hold.renew_at - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.cond.wait(min(left, threading.TIMEOUT_MAX))
+                if not self.renewing:
+                    return
             with self.mutex:
-                delay = self.lock._drive(self.tick())
+                if not self.renewing or not self.lock._drive(ticking(hold)):
+                    return
+
+    def _watching(self) -> None:
+        """Block until the hold's own connection closes (or the keeper
+        stops): the server has ended the hold then, so it is lost at once."""
+        assert self.pipe is not None
+        sock = getattr(self.hold.binding.conn, "_sock", None)
+        closed = sock is None
+        if not closed:
+            poller = select.poll()
+            poller.register(sock.fileno(), _CLOSED)
+            poller.register(self.pipe[0], select.POLLIN)
+            events = poller.poll()
+            closed = any(fd != self.pipe[0] for fd, _ in events)
+        with self.cond:
+            stopped = self.stopped
+            os.close(self.pipe[0])
+            os.close(self.pipe[1])
+            self.pipe = None
+        if closed and not stopped:
+            self.hold.disconnected()
 
 
 # ---------------------------------------------------------------------------
@@ -131,12 +324,19 @@ class Lock(LockCore):
     - Acquiring again with the same ``token`` reenters (the server counts);
       each ``release`` undoes one acquisition.
     - ``auto_renewal=True`` renews a lock with a ``timeout`` every third of
-      it; ``lost`` (an Event) and ``on_lost(lock)`` report a hold that ended
-      under it (a renewal refused, or its lease ran out unrenewed).
+      it; ``lost`` (an Event, this thread's last hold's) and ``on_lost(lock)``
+      report a hold that ended under it (a renewal refused, its lease ran out
+      unrenewed, its ephemeral connection closed, its release did not
+      complete), never after the server's lease end; ``lost_reason`` says
+      why and ``held`` whether this thread still holds it.
+    - ``renew(ttl)`` renews with a new lease, ``stop_renewal()`` stops the
+      automatic renewal without releasing, ``resume(token, fence)``
+      continues a hold another process took.
     """
 
-    _Event = threading.Event
-    _Renewer = _Renewer
+    _Signal = _Signal
+    _Keeper = _Keeper
+    _Mutex = threading.Lock
     _log = logger
     _names_errors = True
 
@@ -168,6 +368,9 @@ class Lock(LockCore):
             return time.sleep(step.seconds)
         if isinstance(step, Cleanup):
             return self._drive(step.steps)
+        if isinstance(step, Background):
+            _start(partial(self._drive, step.steps), "release", self.name)
+            return None
         if isinstance(step, CallOn):
             conn = step.binding.conn
             conn.send_command(*step.args)
@@ -177,14 +380,10 @@ class Lock(LockCore):
             return step.binding.pool.release(step.binding.conn)
         raise TypeError(f"not a step: {step!r}")
 
-    def _paused(self, operation: Callable[[Optional[Renewal]], Steps]) -> Any:
-        """Drive ``operation(renewer)`` with this thread's renewer (if any)
-        held still."""
-        renewer = self._renewer()
-        if renewer is None:
-            return self._drive(operation(None))
-        with renewer.mutex:
-            return self._drive(operation(renewer))
+    def _paused(self, hold: Hold, operation: Callable[[], Steps]) -> Any:
+        """Drive ``operation()`` with ``hold``'s renewal held still."""
+        with hold.keeper.mutex:
+            return self._drive(operation())
 
     # -- context manager (as redis-py) ---------------------------------------
 
@@ -239,20 +438,45 @@ class Lock(LockCore):
         """Undo one acquisition; the lock is free when the count reaches 0.
 
         Raises LockError when this thread holds no token, LockNotOwnedError
-        when the server says the token no longer holds the lock."""
-        token = self._releasable()
-        self._paused(lambda renewer: self._releasing(token))
+        when the hold was lost (``lost_reason`` says why). A release that did not
+        complete (an exception, Ctrl-C) leaves the lock reporting not held,
+        lost with reason ``release-unconfirmed``, and is retried in the
+        background until it lands or the lease ends."""
+        hold = self._releasable()
+        self._paused(hold, partial(self._releasing, hold))
 
     def extend(self, additional_time: float, replace_ttl: bool = False) -> Literal[True]:
         """Add ``additional_time`` seconds to the lease left (or, with
-        ``replace_ttl``, make the lease exactly that long)."""
-        token = self._renewable("extend")
-        return self._paused(partial(self._extending, token, additional_time, replace_ttl))
+        ``replace_ttl``, make the lease exactly that long: the hold's lease
+        from now on, which automatic renewal and ``reacquire`` then use)."""
+        hold = self._renewable("extend")
+        return self._paused(hold, partial(self._extending, hold, additional_time, replace_ttl))
 
     def reacquire(self) -> Literal[True]:
-        """Reset the lease to ``timeout`` from now."""
-        token = self._renewable("reacquire")
-        return self._paused(partial(self._reacquiring, token))
+        """Reset the lease to the hold's lease (``timeout``, or the last
+        ``extend(..., replace_ttl=True)``/``renew(ttl)``) from now."""
+        hold = self._renewable("reacquire")
+        return self._paused(hold, partial(self._renewing, hold, self.lease, "reacquire"))
+
+    def renew(self, ttl: Optional[float] = None) -> Literal[True]:
+        """Renew this thread's hold now: its lease becomes ``ttl`` seconds
+        (None: the hold's current lease) from now, and stays that (automatic
+        renewal renews to it). Works for any hold, ``timeout=None`` too.
+        Raises LockNotOwnedError if the hold was lost."""
+        hold = self._renewable("renew", need_timeout=False)
+        return self._paused(hold, partial(self._renewing, hold, ttl, "renew"))
+
+    def resume(
+        self, token: Any, fence: Optional[int] = None, ttl: Optional[float] = None
+    ) -> Literal[True]:
+        """Continue in this thread a hold another process took under
+        ``token`` (its ``fence`` too, if known: else it is read from the
+        server): renewed to ``ttl`` seconds (None: ``timeout``) at once,
+        which confirms it is still held, then looked after as if acquired
+        here (automatic renewal, ``lost``, ``release``). Raises
+        LockNotOwnedError if ``token`` holds nothing. Not for ephemeral
+        holds: they end with the connection that took them."""
+        return self._drive(self._resuming(token, fence, ttl))
 
 
 # ---------------------------------------------------------------------------

@@ -25,11 +25,12 @@ LONGEST = 15 * 60
 WORK = 0.005
 
 # The store's check, as in the Rust worker: a fence below the highest seen
-# is refused, on reads and on writes; fences compare as equal-length strings.
+# is refused, on reads and on writes; fences are below 2^53, so Lua compares
+# them exactly as numbers.
 STORE = """
 local seen = redis.call('GET', KEYS[1] .. ':fence')
 local f = ARGV[1]
-if seen and (#f < #seen or (#f == #seen and f < seen)) then
+if seen and tonumber(f) < tonumber(seen) then
   return redis.error_reply('STALE fence ' .. f .. ' below ' .. seen)
 end
 redis.call('SET', KEYS[1] .. ':fence', f)

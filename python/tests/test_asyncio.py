@@ -69,7 +69,14 @@ def test_a_wait_cancelled_after_the_grant_leaves_nothing_held(server, r, name):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        info = parse_info(await client.execute_command("LOCK.INFO", name))
+        # Released in the background (the cancel is not held up by it),
+        # long before the lease would end.
+        deadline = time.monotonic() + 3
+        while True:
+            info = parse_info(await client.execute_command("LOCK.INFO", name))
+            if info is None or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.01)
         await client.aclose()
         return info, waiter.token
 
@@ -90,9 +97,49 @@ def test_on_lost_may_be_a_coroutine_function(server, r, name):
         await lock.acquire()
         await client.delete(name)
         await asyncio.wait_for(lock.lost.wait(), 2)
-        await asyncio.sleep(0)  # let the coroutine callback run
+        await eventually(lambda: _is(asyncio.sleep(0, len(calls)), 1), 2, "on_lost")
         await client.aclose()
         return calls, lock
 
     calls, lock = asyncio.run(main())
     assert calls == [lock]
+
+
+def test_a_cancelled_ephemeral_acquire_during_its_confirming_renew_returns_the_connection(
+    server, r, name
+):
+    # Regression: the hold's own connection stayed out of the pool when the
+    # acquire was cancelled while the renew confirming a late grant was in
+    # flight.
+    async def main():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        pool = client.connection_pool
+        r.execute_command("LOCK.ACQUIRE", name, "holder", 10000)
+        waiter = Lock(client, name, timeout=0.6, ephemeral=True)
+        task = asyncio.create_task(waiter.acquire())
+        await eventually(lambda: _is(waiters(client, name), 1), what="a waiter")
+        await asyncio.sleep(0.3)  # past a third of the lease: the grant is confirmed
+        # The release grants the waiter, and the pause that comes with it
+        # holds back its confirming renew (a write).
+        both = r.pipeline(transaction=False)
+        both.execute_command("LOCK.RELEASE", name, "holder")
+        both.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+        both.execute()
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(r.execute_command, "CLIENT", "UNPAUSE")
+
+        async def returned():
+            return not pool._in_use_connections
+
+        await eventually(returned, 5, "every connection back in the pool")
+
+        async def free():
+            return parse_info(await client.execute_command("LOCK.INFO", name)) is None
+
+        await eventually(free, 5, "the lock free")
+        await client.aclose()
+
+    asyncio.run(main())

@@ -64,3 +64,33 @@ def test_a_waiting_ephemeral_acquire_is_bound_to_its_own_connection(api, r, name
     assert lock_info(r, name)["holders"][0]["ephemeral"] == 1
     api.run(waiter.release())
     assert lock_info(r, name) is None
+
+
+def test_a_release_works_with_the_pool_used_up(api, r, name):
+    # Regression: renewals used the hold's own connection but the release
+    # asked the pool for one, which `max_connections=1` had none left of.
+    client = api.client(max_connections=1)
+    lock = api.Lock(client, name, timeout=10, ephemeral=True)
+    assert api.run(lock.acquire())
+    api.run(lock.release())
+    assert lock_info(r, name) is None
+    assert api.run(lock.acquire())  # the connection went back to the pool
+    api.run(lock.release())
+
+
+def test_a_closed_hold_connection_is_noticed_within_milliseconds(api, r, name):
+    # Regression: noticed only at the next renewal (a third of the lease).
+    lock = api.Lock(api.client(), name, timeout=3, auto_renewal=True, ephemeral=True)
+    assert api.run(lock.acquire())
+    ids = hold_connections(r)
+    assert len(ids) == 1, ids
+    r.client_kill_filter(_id=ids[0])
+    assert api.wait(lock.lost, 0.5)  # a renewal would come after 1 s
+    assert lock.lost_reason == "disconnected" and not lock.held
+
+
+def test_a_closed_hold_connection_is_noticed_without_renewal(api, r, name):
+    lock = api.Lock(api.client(), name, timeout=30, auto_renewal=False, ephemeral=True)
+    assert api.run(lock.acquire())
+    r.client_kill_filter(_id=hold_connections(r)[0])
+    assert api.wait(lock.lost, 0.5)

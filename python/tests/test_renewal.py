@@ -65,7 +65,7 @@ def test_deleting_the_key_fires_lost(api, r, name):
     api.run(lock.acquire())
     r.delete(name)
     assert api.wait(lock.lost, 2)
-    assert lost_calls == [lock]
+    api.wait_until(lambda: lost_calls == [lock], 2, "on_lost, after the signal")
     refusals = commandstat(r, "lock.renew")
     api.sleep(4 * LEASE / 3)
     assert commandstat(r, "lock.renew") == refusals  # it stopped renewing
@@ -90,7 +90,7 @@ def test_a_paused_server_past_the_lease_fires_lost(api, r, name):
     try:
         assert api.wait(lock.lost, pause)
         assert time.monotonic() - paused_at < pause
-        assert lost_calls == [lock]
+        api.wait_until(lambda: lost_calls == [lock], 2, "on_lost, after the signal")
     finally:
         r.client_unpause()
     api.wait_until(lambda: lock_info(r, name) is None, what="the lease ended")
@@ -116,7 +116,7 @@ def test_a_value_written_over_the_lock_fires_lost_at_the_next_renewal(api, r, na
     api.run(lock.acquire())
     r.set(name, "x")
     assert api.wait(lock.lost, lease / 3 + 0.7), "lost did not fire at the first renewal"
-    assert calls == [lock]
+    api.wait_until(lambda: calls == [lock], 2, "on_lost, after the signal")
     assert commandstat(r, "lock.renew") == 1  # one refusal, no retries
     assert r.get(name) == b"x"
 
@@ -167,3 +167,63 @@ def test_a_grant_that_ended_before_its_reply_came_is_not_reported_held(api, r, n
     info = lock_info(r, name)
     assert info is not None and info["owner"] == lock.token, f"acquire said held; server: {info}"
     assert commandstat(r, "lock.acquire") == 3  # the holder's, the late grant, the new one
+
+
+# -- a new ttl, renewal stopped, a hold continued elsewhere ----------------------
+
+
+def test_renew_with_a_new_ttl_is_the_lease_from_then_on(api, r, name):
+    lock = api.Lock(api.client(), name, timeout=10, auto_renewal=True)
+    assert api.run(lock.acquire())
+    api.run(lock.renew(0.9))
+    assert 0 < r.pttl(name) <= 900
+    r.config_resetstat()
+    api.sleep(1.5)  # past the new lease: the watchdog renews to it
+    assert commandstat(r, "lock.renew") >= 3
+    assert 0 < r.pttl(name) <= 900
+    assert lock.held and not lock.lost.is_set()
+    api.run(lock.release())
+
+
+def test_an_extend_to_a_shorter_lease_is_kept_by_the_watchdog(api, r, name):
+    lock = api.Lock(api.client(), name, timeout=6, auto_renewal=True)
+    assert api.run(lock.acquire())
+    api.run(lock.extend(0.6, replace_ttl=True))
+    assert r.pttl(name) <= 600
+    api.sleep(1.0)  # the watchdog renewed a third into the 0.6 s lease
+    assert lock.held and api.run(lock.owned())
+    assert r.pttl(name) > 600  # back to the lock's lease
+    api.run(lock.release())
+
+
+def test_stop_renewal_keeps_the_hold_until_its_lease_ends(api, r, name):
+    lock, lost_calls = renewing(api, name)
+    assert api.run(lock.acquire())
+    api.wait_until(lambda: commandstat(r, "lock.renew") >= 1, what="a renewal")
+    lock.stop_renewal()
+    renewals = commandstat(r, "lock.renew")
+    assert lock_info(r, name) is not None and lock.held  # not released
+    assert api.wait(lock.lost, 2 * LEASE)
+    assert lock.lost_reason == "expired" and not lock.held
+    assert commandstat(r, "lock.renew") == renewals
+    api.wait_until(lambda: lock_info(r, name) is None, 2, "the lease's end")
+
+
+def test_a_hold_is_resumed_elsewhere_by_its_token(api, r, name):
+    scheduler = api.Lock(api.client(), name, timeout=10, thread_local=False)
+    assert api.run(scheduler.acquire())
+    token, fence = scheduler.token, scheduler.fence
+    worker = api.Lock(api.client(), name, timeout=5, thread_local=False)
+    api.run(worker.resume(token, fence))
+    assert worker.held and worker.fence == fence and worker.token == token
+    assert 0 < r.pttl(name) <= 5000  # renewed to the worker's lease
+    api.run(worker.release())
+    assert lock_info(r, name) is None
+    stranger = api.Lock(api.client(), name, timeout=5, thread_local=False)
+    try:
+        api.run(stranger.resume(token))
+    except LockNotOwnedError:
+        pass
+    else:
+        raise AssertionError("a token that holds nothing was resumed")
+    assert not stranger.held

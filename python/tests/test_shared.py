@@ -3,6 +3,8 @@ like ``Lock``) and ``Semaphore`` (permits with their own fence, renewal and
 ``lost``). Each test runs on the sync package and on the asyncio one (the
 ``api`` fixture); ``r`` looks at the server from the side."""
 
+import time
+
 import pytest
 from redis.exceptions import ResponseError
 
@@ -150,3 +152,29 @@ def test_limits_are_checked_before_and_by_the_server(api, r, name):
     fresh = api.run(api.Semaphore(client, name, 3, timeout=10).acquire())
     assert lock_info(r, name)["limit"] == 3
     api.run(fresh.release())
+
+
+# -- one owner for both sides of a handle ------------------------------------------
+
+
+def test_the_writer_may_take_the_read_side(api, r, name):
+    # Regression: the two sides had separate tokens, so the writer's read
+    # waited behind its own write hold.
+    rw = api.ReadWriteLock(api.client(), name, timeout=10)
+    with api.entered(rw.write_lock()):
+        assert api.run(rw.read_lock().acquire(blocking_timeout=2))
+        assert lock_info(r, name)["count"] == 2
+        api.run(rw.read_lock().release())
+    assert lock_info(r, name) is None
+
+
+def test_a_reader_asking_for_the_write_side_is_refused_at_once(api, r, name):
+    rw = api.ReadWriteLock(api.client(), name, timeout=10)
+    with api.entered(rw.read_lock()):
+        started = time.monotonic()
+        with pytest.raises(ResponseError) as refused:
+            api.run(rw.write_lock().acquire(blocking_timeout=2))
+        assert type(refused.value).__name__ == "LockUpgradeError"
+        assert time.monotonic() - started < 1
+        assert lock_info(r, name)["waiters"] == 0
+    assert lock_info(r, name) is None

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::harness::{clock_floor, now_ms, text, wait_until, Call, Hold, LockInfo, Server, LONG};
+use crate::harness::{
+    clock_floor, now_ms, text, wait_until, Call, Hold, LockInfo, Server, CLOCK_SHIFT, LONG,
+};
 
 /// A lease short enough to watch run out.
 const SHORT: i64 = 30;
@@ -35,14 +37,19 @@ fn fresh_acquire_returns_the_clock_floor_fence() {
         .acquire("k", "alice", LONG)
         .expect("a free lock is granted");
     let after = now_ms();
-    // A fresh server has issued no fence, so max(last + 1, now × 2^20) is the
+    // A fresh server has issued no fence, so max(last + 1, now × 2^10) is the
     // clock floor itself, taken during the call.
-    assert_eq!(fence % (1 << 20), 0, "fence {fence} is not ms × 2^20");
-    assert!(
-        (before..=after).contains(&(fence >> 20)),
-        "fence {fence} is ms {} outside the call [{before}, {after}]",
-        fence >> 20
+    assert_eq!(
+        fence % (1 << CLOCK_SHIFT),
+        0,
+        "fence {fence} is not ms × 2^10"
     );
+    assert!(
+        (before..=after).contains(&(fence >> CLOCK_SHIFT)),
+        "fence {fence} is ms {} outside the call [{before}, {after}]",
+        fence >> CLOCK_SHIFT
+    );
+    assert!(fence < 1 << 53, "fence {fence} is not exact as a double");
     let info = c.lock_info("k").expect("held");
     assert_eq!(info.held(), (b"alice".to_vec(), 1, fence));
     assert_eq!(info.waiters, 0);

@@ -86,7 +86,12 @@ pub fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).expect("ms fit in i64")
 }
 
-/// The clock floor of a fence issued at `ms`: `ms × 2^20` (fencing).
+/// Fences per millisecond of the clock floor, as a shift: a fence is
+/// `max(last + 1, unix_ms × 2^10)`, below 2^53 so that it is exact as a
+/// double (Lua, JSON, JavaScript).
+pub const CLOCK_SHIFT: u32 = 10;
+
+/// The clock floor of a fence issued at `ms`: `ms × 2^10` (fencing).
 pub fn clock_floor(ms: i64) -> i64 {
-    ms << 20
+    ms << CLOCK_SHIFT
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
-use crate::harness::{now_ms, wait_on_timed, wait_until, Call, Reply, Server, LONG};
+use crate::harness::{now_ms, wait_on_timed, wait_until, Call, Reply, Server, CLOCK_SHIFT, LONG};
 
 /// A lease short enough to watch it end, long enough to act on it first.
 const LEASE_MS: i64 = 1_500;
@@ -138,7 +138,10 @@ fn a_ttl_removed_or_set_past_the_lease_is_put_back_and_the_lock_frees_at_its_lea
     }
     let end = ends[0];
     let (fence, at) = handed(bob, "bob", Duration::from_millis(LEASE_MS as u64) + SOON);
-    assert!(fence >> 20 >= end, "bob was granted before the lease end");
+    assert!(
+        fence >> CLOCK_SHIFT >= end,
+        "bob was granted before the lease end"
+    );
     assert!(
         at <= end + LATE_MS,
         "bob was served {} ms after the lease end",
@@ -161,7 +164,10 @@ fn a_ttl_shorter_than_the_lease_is_kept_and_ends_the_hold_early() {
     assert!(pttl > 0 && pttl <= 300, "PTTL {pttl} after PEXPIRE k 300");
     let end = lease_end(&mut c, "k");
     let (fence, at) = handed(bob, "bob", SOON);
-    assert!(fence >> 20 >= end, "bob was granted before the TTL ended");
+    assert!(
+        fence >> CLOCK_SHIFT >= end,
+        "bob was granted before the TTL ended"
+    );
     assert!(
         at <= end + LATE_MS,
         "bob was served {} ms after the TTL ended",
@@ -288,7 +294,7 @@ fn a_waiter_on_a_persisted_lock_costs_no_cpu() {
     // The lease did end: bob holds k.
     let (fence, _) = handed(bob, "bob", SOON);
     assert!(
-        end > 0 && fence >> 20 >= end,
+        end > 0 && fence >> CLOCK_SHIFT >= end,
         "bob was granted before the lease end"
     );
     let info = c.lock_info("k").expect("bob holds k");

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::harness::{now_ms, start_replica, wait_on_timed, wait_until, Call, Reply, Server};
+use crate::harness::{
+    now_ms, start_replica, wait_on_timed, wait_until, Call, Reply, Server, CLOCK_SHIFT,
+};
 
 /// Alice's lease, renewed in the same pipeline that starts the pause (so a
 /// slow set-up on a loaded machine cannot eat into it): it ends well inside
@@ -126,9 +128,9 @@ fn assert_bob_holds_everywhere(master: &Server, replica: &Server, fence: i64, en
     assert_eq!(info.held(), (b"bob".to_vec(), 1, fence));
     // A fence's high bits are the server's clock when it was issued.
     assert!(
-        fence >> 20 >= ended_ms,
+        fence >> CLOCK_SHIFT >= ended_ms,
         "bob's fence was issued at {}, before the pause ended at {ended_ms}",
-        fence >> 20
+        fence >> CLOCK_SHIFT
     );
     replica.catch_up_with(master);
     assert_eq!(replica.digest(), master.digest(), "replica and master");

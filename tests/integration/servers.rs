@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use redis::{Connection, Value};
 
 use crate::harness::{
-    handed_fence, now_ms, text, wait_args, wait_on, wait_until, Call, LockInfo, Reply, Server, LONG,
+    handed_fence, now_ms, text, wait_args, wait_on, wait_until, Call, LockInfo, Reply, Server,
+    CLOCK_SHIFT, LONG,
 };
 
 /// How long a test waits for something that should happen at once.
@@ -284,9 +285,9 @@ fn a_lock_restored_over_a_lock_is_waited_for_and_each_lease_end_counts_once() {
     let fence = handed_fence(bob, "bob");
     assert!(fence > carol && carol > alice);
     assert!(
-        fence >> 20 >= lease_end,
+        fence >> CLOCK_SHIFT >= lease_end,
         "bob was granted k at {}, before the restored lease ended at {lease_end}",
-        fence >> 20
+        fence >> CLOCK_SHIFT
     );
     // `src` ends at the same time: the read expires it if the server's
     // cycle has not yet.
@@ -545,9 +546,9 @@ fn a_hash_deleted_when_its_last_field_expires_frees_the_key_for_its_waiter() {
     );
     let fence = handed_fence(bob, "bob");
     assert!(
-        fence >> 20 >= expires_at,
+        fence >> CLOCK_SHIFT >= expires_at,
         "bob was granted k at {}, before its field expired at {expires_at}",
-        fence >> 20
+        fence >> CLOCK_SHIFT
     );
     // The expiry cycle runs `hz` (10) times a second.
     assert!(
@@ -592,7 +593,7 @@ fn a_read_of_an_expired_last_field_frees_the_key_on_redis_but_not_on_valkey() {
         let _: () = c.value(&["DEBUG", "SET-ACTIVE-EXPIRE", "1"]);
     }
     let fence = handed_fence(bob, "bob");
-    assert!(fence >> 20 >= expires_at);
+    assert!(fence >> CLOCK_SHIFT >= expires_at);
     assert_eq!(c.lock_info("k").map(|i| i.owner), Some(b"bob".to_vec()));
     assert_eq!(lock_int(&mut c, "held"), 1);
 }

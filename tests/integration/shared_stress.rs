@@ -49,7 +49,9 @@ use std::time::{Duration, Instant};
 
 use redis::Connection;
 
-use crate::harness::{clock_floor, drain, example_bin, now_ms, wait_until, Call, Server};
+use crate::harness::{
+    clock_floor, drain, example_bin, now_ms, wait_until, Call, Server, CLOCK_SHIFT,
+};
 
 /// Each hold's lease, as the worker asks for it.
 const LEASE: Duration = Duration::from_millis(1000);
@@ -827,7 +829,7 @@ fn readers_and_writers_through_a_failover() {
     {
         panic!(
             "a hold began during the quarantine, {} ms after the promotion began: {e:?}",
-            (e.fence >> 20) - promoting
+            (e.fence >> CLOCK_SHIFT) - promoting
         );
     }
     wait_free(&mut h, RW.lock);

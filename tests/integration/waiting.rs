@@ -18,7 +18,7 @@ use redis::{Connection, Value};
 
 use crate::harness::{
     cli_bin, clock_floor, error_text, now_ms, start_replica, wait_args, wait_until, Call, Server,
-    LONG,
+    CLOCK_SHIFT, LONG,
 };
 
 /// How long a test waits for something that should happen at once.
@@ -443,9 +443,9 @@ fn a_lease_end_hands_off_within_milliseconds_and_not_before() {
         panic!("bob was not handed k at the lease end: {ended:?}")
     };
     assert!(fence > alice);
-    // A fence is max(last + 1, ms × 2^20): its high bits are the server's
+    // A fence is max(last + 1, ms × 2^10): its high bits are the server's
     // clock at the grant, which Redis allows only once now > the lease end.
-    let granted_ms = fence >> 20;
+    let granted_ms = fence >> CLOCK_SHIFT;
     assert!(
         granted_ms >= lease_end,
         "granted at {granted_ms}, before the lease end {lease_end}"
@@ -589,9 +589,9 @@ fn a_string_with_a_ttl_over_the_lock_hands_off_when_it_expires() {
     let string_end = c.int(&["PEXPIRETIME", "k"]);
     let fence = bob.fence();
     assert!(
-        fence >> 20 >= string_end,
+        fence >> CLOCK_SHIFT >= string_end,
         "bob was granted k at {}, before the string expired at {string_end}",
-        fence >> 20
+        fence >> CLOCK_SHIFT
     );
     assert_eq!(owner(&mut c, "k").as_deref(), Some("bob"));
 }
@@ -804,18 +804,20 @@ fn wait_inside_multi_lua_or_a_function_never_blocks() {
     assert_eq!(owner(&mut c, "k").as_deref(), Some("alice"));
 
     // A single attempt, not a refusal: each grants a free lock. Lua holds
-    // integers as doubles, exact only below 2^53: a script sees the fence
-    // rounded (docs/commands.md, "Fences in scripts").
-    // Raising alice's fence ahead of the clock makes the next one odd, so
-    // the rounding shows every time.
+    // integers as doubles, and fences stay below 2^53, so a script sees the
+    // fence exactly. Raising alice's fence ahead of the clock makes the next
+    // one odd, which a double rounding it would show.
     let odd = clock_floor(now_ms() + 1_800_000) + 1;
     assert_eq!(c.int(&["LOCK.FENCE", "k", "alice", &odd.to_string()]), odd);
     let (multi, lua, function) = tries(&mut c, "free");
     let multi = multi.expect("MULTI did not grant a free lock");
     assert_eq!(multi, odd + 1);
-    let in_lua = Some(multi as f64 as i64);
-    assert_eq!(lua, in_lua, "bob reenters from Lua: same fence");
-    assert_eq!(function, in_lua, "bob reenters from a function: same fence");
+    assert_eq!(lua, Some(multi), "bob reenters from Lua: same fence");
+    assert_eq!(
+        function,
+        Some(multi),
+        "bob reenters from a function: same fence"
+    );
     assert_eq!(c.lock_info("free").expect("held").count, 3);
 }
 

@@ -175,7 +175,7 @@ async fn the_fence_round_makes_fences_rise_from_holder_to_holder() {
         .unwrap()
         .as_millis() as i64
         + 1_800_000)
-        << 20;
+        << 10;
     let _: i64 = s[0].q(&["LOCK.ACQUIRE", "scratch", "x", "60000"]);
     let _: i64 = s[0].q(&["LOCK.FENCE", "scratch", "x", &ahead.to_string()]);
     let _: i64 = s[0].q(&["LOCK.RELEASE", "scratch", "x"]);
