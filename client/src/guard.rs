@@ -581,15 +581,13 @@ impl Guard {
     /// The one release path: every hold (`all`) or one.
     async fn hand_back(&mut self, all: bool) -> Result<u64, Error> {
         let finishing = all || self.count <= 1;
-        if finishing {
-            self.stop_watchdog().await;
-        }
         let every = self.give_back_all();
         let what = if finishing { every } else { GiveBack::Each(1) };
         // From here the guard counts nothing as held until the server
-        // confirms what is left; an unfinished release keeps it so.
+        // confirms what is left; a release that does not finish (this
+        // future dropped, even while the watchdog stops) keeps it so.
         let count = std::mem::take(&mut self.count);
-        let pending = Unconfirmed {
+        let mut pending = Unconfirmed {
             job: Some(ReleaseJob {
                 ctx: self.ctx.clone(),
                 key: self.key.clone(),
@@ -598,11 +596,19 @@ impl Guard {
                 // Unconfirmed, the guard is done: every hold goes back.
                 what: every,
                 owned: self.owned.clone(),
-                // Not finishing: the retry must stop the watchdog itself.
+                // The retry stops the watchdog itself if it still runs.
                 watchdog: self.watchdog.take(),
                 binding: if finishing { self.binding.take() } else { None },
             }),
         };
+        if finishing {
+            // No renew may follow the release: stop the watchdog, and wait
+            // until it has stopped, before sending.
+            if let Some(dog) = pending.job.as_mut().and_then(|job| job.watchdog.take()) {
+                dog.stop.cancel();
+                let _ = dog.task.await;
+            }
+        }
         let reply = match what {
             GiveBack::All => self.ctx.backend.release(&self.key, &self.owner, true).await,
             GiveBack::Each(n) => {
