@@ -480,11 +480,14 @@ async fn a_try_cancelled_with_its_grant_in_flight_leaves_nothing_held() {
     let opts = LockOptions::new(Duration::from_secs(30));
     drop(client.try_lock("warm", &opts).await.unwrap());
     let _: String = server.q(&["CLIENT", "PAUSE", "800", "WRITE"]);
+    let paused = tokio::time::Instant::now();
     let cancelled = tokio::time::timeout(ms(200), client.try_lock("k", &opts)).await;
     assert!(cancelled.is_err());
     let sem = client.semaphore("s", 2).unwrap();
     let cancelled = tokio::time::timeout(ms(200), sem.try_acquire(&opts)).await;
     assert!(cancelled.is_err());
+    // The grants land once the pause is over.
+    tokio::time::sleep_until(paused + ms(1_000)).await;
     wait_until("both grants are given back", Duration::from_secs(3), || {
         server.lock_info("k").is_none() && server.lock_info("s").is_none()
     });
