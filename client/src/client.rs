@@ -298,7 +298,10 @@ impl Client {
         let ttl_ms = opts.ttl_ms()?;
         opts.wait_ms()?;
         let (owner, owned) = self.owner_for(handle);
-        let until = opts.wait_limit().map(|wait| Instant::now() + wait);
+        // A wait too long for the clock to add is no limit at all.
+        let until = opts
+            .wait_limit()
+            .and_then(|wait| Instant::now().checked_add(wait));
         let mut first = true;
         loop {
             let left = until.map(|until| until.saturating_duration_since(Instant::now()));
@@ -336,9 +339,12 @@ impl Client {
         let wait_ms = match wait {
             None => 0,
             // `WAIT 0` means "forever" to the server: a zero wait is 1 ms.
-            Some(wait) => u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+            // The server takes waits up to 2^40 ms.
+            Some(wait) => u64::try_from(wait.as_millis())
+                .unwrap_or(u64::MAX)
+                .clamp(1, 1 << 40),
         };
-        let limit = wait.map(|wait| wait + WAIT_MARGIN);
+        let limit = wait.map(|wait| wait.saturating_add(WAIT_MARGIN));
         let (mut link, closed) = if opts.is_ephemeral() {
             let (link, closed) = self.inner.server.conn.bound(limit).await?;
             (link, Some(closed))

@@ -493,3 +493,19 @@ async fn a_try_cancelled_with_its_grant_in_flight_leaves_nothing_held() {
     });
     no_tasks_left(&client).await;
 }
+
+/// A wait too long for the clock (`Duration::MAX`) is a wait without a
+/// limit, not an overflow: the call waits, and is cancelled cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_longer_than_the_clock_can_add_waits_without_overflow() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    held_by_another_for(&server, "k", 60_000);
+    let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::MAX);
+    let waited = tokio::time::timeout(ms(500), client.lock("k", &opts)).await;
+    assert!(waited.is_err(), "still waiting after 500 ms: {waited:?}");
+    wait_until("the waiter is gone", Duration::from_secs(3), || {
+        server.lock_info("k").is_some_and(|i| i.waiters == 0)
+    });
+    no_tasks_left(&client).await;
+}
