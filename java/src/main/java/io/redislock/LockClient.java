@@ -1,0 +1,323 @@
+package io.redislock;
+
+import io.lettuce.core.RedisURI;
+import io.lettuce.core.resource.ClientResources;
+import java.time.Duration;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The entry point: a connection to one server (or to the master a Sentinel
+ * names) that takes holds, and hands out the {@code java.util.concurrent}
+ * shaped objects built on them.
+ *
+ * <pre>{@code
+ * try (LockClient client = LockClient.create("redis://127.0.0.1:6379")) {
+ *   DistributedLock lock = client.getLock("order:42");
+ *   lock.lock();
+ *   try { write(lock.getFence()); } finally { lock.unlock(); }
+ * }
+ * }</pre>
+ *
+ * <p>Thread-safe; one per application is enough. Waits and ephemeral holds
+ * run on dedicated connections, never on the shared one.
+ */
+public final class LockClient implements AutoCloseable {
+  /** How long a command other than a wait may take: past it, it counts as failed. */
+  public static final Duration DEFAULT_REPLY_TIMEOUT = Duration.ofSeconds(10);
+
+  final Transport t;
+  /** This client's random 128-bit part of every owner token. */
+  final String id = UUID.randomUUID().toString();
+  private final ConcurrentHashMap<String, ThreadOwners> owners = new ConcurrentHashMap<>();
+
+  private LockClient(Transport t) {
+    this.t = t;
+  }
+
+  /**
+   * Connects to {@code url}: {@code redis://host:port[/db]} for one server,
+   * {@code redis-sentinel://host:port[,host:port]#master} for the master a
+   * Sentinel names (Lettuce's URI syntax).
+   */
+  public static LockClient create(String url) {
+    return create(RedisURI.create(url));
+  }
+
+  public static LockClient create(RedisURI uri) {
+    return create(uri, null, DEFAULT_REPLY_TIMEOUT);
+  }
+
+  /** With the application's Lettuce resources (event loops) and reply timeout. */
+  public static LockClient create(RedisURI uri, ClientResources resources, Duration replyTimeout) {
+    return new LockClient(new Transport(uri, resources, replyTimeout));
+  }
+
+  /**
+   * A reentrant, per-thread {@link java.util.concurrent.locks.Lock} on key
+   * {@code name}. Every handle of one name from this client shares the
+   * per-thread owners, as Redisson's: {@code getLock("a").lock()} then
+   * {@code getLock("a").unlock()} on the same thread works.
+   */
+  public DistributedLock getLock(String name) {
+    return getLock(name, id);
+  }
+
+  /**
+   * As {@link #getLock(String)}, in an owner scope of its own: handles of
+   * different scopes are different owners even on one thread.
+   */
+  public DistributedLock getLock(String name, String scope) {
+    return new DistributedLock(owners(name, scope));
+  }
+
+  /** A read-write lock on key {@code name}: both sides share one owner per thread. */
+  public DistributedReadWriteLock getReadWriteLock(String name) {
+    return getReadWriteLock(name, id);
+  }
+
+  public DistributedReadWriteLock getReadWriteLock(String name, String scope) {
+    return new DistributedReadWriteLock(owners(name, scope));
+  }
+
+  private ThreadOwners owners(String name, String scope) {
+    checkName(name, "name");
+    checkName(scope, "scope");
+    return owners.computeIfAbsent(scope + "\n" + name, k -> new ThreadOwners(this, name, scope));
+  }
+
+  /** A semaphore of {@code permits} leased permits on key {@code name}; each permit has its own fence. */
+  public DistributedSemaphore getSemaphore(String name, int permits) {
+    return new DistributedSemaphore(this, name, HoldKind.permit(permits));
+  }
+
+  /** A new owner token, unique to one hold. */
+  public String newOwner() {
+    return id + ":" + UUID.randomUUID();
+  }
+
+  /** Takes an exclusive hold under a new owner token. */
+  public Hold acquire(String key, LockOptions opts) throws InterruptedException {
+    return acquire(key, newOwner(), HoldKind.EXCLUSIVE, opts);
+  }
+
+  /**
+   * Takes a hold of {@code kind} on {@code key} as {@code owner}: a try, or a
+   * wait on a dedicated connection ({@code opts.waitMs}).
+   *
+   * @throws WouldBlockException a try found it held
+   * @throws LockTimeoutException the wait ran out
+   * @throws InterruptedException interrupted: nothing is held (a grant that
+   *     crossed the interrupt was released on the connection that asked)
+   */
+  public Hold acquire(String key, String owner, HoldKind kind, LockOptions opts) throws InterruptedException {
+    return acquire(key, owner, kind, opts, true);
+  }
+
+  Hold acquire(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
+      throws InterruptedException {
+    checkName(key, "key");
+    checkName(owner, "owner");
+    if (interruptible && Thread.interrupted()) {
+      throw new InterruptedException();
+    }
+    if (!opts.waits() && !opts.isEphemeral()) {
+      return tryOnShared(key, owner, kind, opts, interruptible);
+    }
+    return onDedicated(key, owner, kind, opts, interruptible);
+  }
+
+  /**
+   * Continues a hold another process took, by its owner token: a renew
+   * confirms it and starts the deadline ({@code NOTOWNER}: not held).
+   * {@code fence} null asks the server for it.
+   */
+  public Hold resume(String key, String owner, long ttlMs, Long fence, boolean watchdog) throws InterruptedException {
+    checkName(key, "key");
+    checkName(owner, "owner");
+    LockOptions.defaults().ttl(ttlMs);
+    long sent = System.nanoTime();
+    CompletableFuture<Long> renew = Protocol.send(t.shared, Protocol.Cmd.RENEW, key, owner, ttlMs);
+    CompletableFuture<Long> fenceReply = fence != null ? CompletableFuture.completedFuture(fence)
+        // LOCK.FENCE with 1 changes nothing and answers the hold's fence.
+        : Protocol.send(t.shared, Protocol.Cmd.FENCE, key, owner, 1);
+    long f;
+    try {
+      Transport.await(renew, t.replyTimeoutNanos, true);
+      f = Transport.await(fenceReply, t.replyTimeoutNanos, true);
+    } catch (ExecutionException e) {
+      throw Protocol.map(e);
+    } catch (TimeoutException e) {
+      throw new TransportException("no reply in time", e);
+    }
+    return new Hold(t, key, owner, HoldKind.EXCLUSIVE, f, ttlMs, sent, watchdog,
+        null);
+  }
+
+  /** Background activities still alive: watchdogs and deadline timers of holds, background releases, clean-ups. */
+  public int backgroundActivities() {
+    return t.activities.get();
+  }
+
+  @Override
+  public void close() {
+    t.close();
+  }
+
+  // ------------------------------------------------------------------ acquire paths
+
+  /** A try on the shared connection. */
+  private Hold tryOnShared(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
+      throws InterruptedException {
+    long sent = System.nanoTime();
+    CompletableFuture<Long> f = Protocol.acquire(t.shared, key, owner, opts.ttlMs(), kind, false, LockOptions.NO_WAIT);
+    Long fence;
+    try {
+      fence = Transport.await(f, t.replyTimeoutNanos, interruptible);
+    } catch (InterruptedException | TimeoutException e) {
+      // The reply may carry a grant: release it on the same connection once it lands.
+      CompletableFuture<Long> undo = f.handle((v, err) -> v).thenCompose(v -> v == null
+          ? CompletableFuture.completedFuture(0L)
+          : Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner));
+      t.track(undo);
+      Transport.settle(undo, t.replyTimeoutNanos);
+      if (e instanceof InterruptedException) {
+        throw (InterruptedException) e;
+      }
+      throw new TransportException("no reply to LOCK.ACQUIRE in time: nothing is held", e);
+    } catch (ExecutionException e) {
+      throw Protocol.map(e);
+    }
+    if (fence == null) {
+      throw new WouldBlockException();
+    }
+    return new Hold(t, key, owner, kind, fence, opts.ttlMs(), sent, opts.watchdog(), null);
+  }
+
+  /** A wait, or an ephemeral hold, on a dedicated connection. */
+  private Hold onDedicated(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
+      throws InterruptedException {
+    Transport.Dedicated d = t.takeDedicated();
+    boolean waits = opts.waits();
+    long sent = System.nanoTime();
+    CompletableFuture<Long> f = Protocol.acquire(d.conn, key, owner, opts.ttlMs(), kind, opts.isEphemeral(),
+        opts.waitMs());
+    Long fence;
+    try {
+      long limit = !waits ? t.replyTimeoutNanos
+          : opts.waitMs() == LockOptions.FOREVER ? -1 : opts.waitMs() * 1_000_000L + t.replyTimeoutNanos;
+      fence = Transport.await(f, limit, interruptible);
+    } catch (InterruptedException | TimeoutException e) {
+      cancelOn(d, f, key, owner, waits);
+      if (e instanceof InterruptedException) {
+        throw (InterruptedException) e;
+      }
+      throw new TransportException("no reply to LOCK.ACQUIRE in time: nothing is held", e);
+    } catch (ExecutionException e) {
+      LockException mapped = Protocol.map(e);
+      if (mapped instanceof TransportException) {
+        // The connection failed under the command: a grant may have been made
+        // that no reply will tell us about. Our owner holds nothing else here.
+        t.close(d);
+        CompletableFuture<Long> undo = Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner)
+            .exceptionally(err -> 0L);
+        t.track(undo);
+      } else {
+        t.giveBack(d);
+      }
+      throw mapped;
+    }
+    if (fence == null) {
+      t.giveBack(d);
+      if (waits) {
+        throw new LockTimeoutException();
+      }
+      throw new WouldBlockException();
+    }
+    long ttl = opts.ttlMs();
+    if (waits && System.nanoTime() - sent > ttl * 1_000_000L / 3) {
+      // The lease began at the hand-off, somewhere in the wait: confirm it with
+      // a renew and count the deadline from the renew's send.
+      long renewSent = System.nanoTime();
+      CompletableFuture<Long> r = Protocol.send(d.conn, Protocol.Cmd.RENEW, key, owner, ttl);
+      try {
+        Transport.await(r, t.replyTimeoutNanos, interruptible);
+      } catch (InterruptedException | TimeoutException e) {
+        releaseOn(d, r.handle((v, err) -> 1L), key, owner);
+        if (e instanceof InterruptedException) {
+          throw (InterruptedException) e;
+        }
+        throw new TransportException("no reply to LOCK.RENEW in time: nothing is held", e);
+      } catch (ExecutionException e) {
+        t.giveBack(d);
+        if (Protocol.meansNotOwner(e)) {
+          throw new LockLostException(LossReason.EXPIRED);
+        }
+        throw Protocol.map(e);
+      }
+      sent = renewSent;
+    }
+    Hold h = new Hold(t, key, owner, kind, fence, ttl, sent, opts.watchdog(), opts.isEphemeral() ? d : null);
+    if (!opts.isEphemeral()) {
+      t.giveBack(d);
+    }
+    return h;
+  }
+
+  /**
+   * A wait cancelled (interrupt, no reply in time): wake it with {@code CLIENT
+   * UNBLOCK … ERROR} (a grant whose reply has not gone out yet is taken back),
+   * then learn from its reply whether the grant crossed, and if so release it
+   * on the same connection. Waits for the clean-up for up to the reply
+   * timeout; it finishes in the background if the server is slower.
+   */
+  private void cancelOn(Transport.Dedicated d, CompletableFuture<Long> f, String key, String owner, boolean waits) {
+    if (waits) {
+      t.shared.async().clientUnblock(d.clientId, io.lettuce.core.UnblockType.ERROR);
+    }
+    releaseOn(d, f.handle((v, err) -> {
+      if (err != null && Protocol.map(err) instanceof TransportException
+          && !String.valueOf(Protocol.unwrap(err).getMessage()).startsWith("UNBLOCKED")) {
+        return -1L;
+      }
+      return v;
+    }), key, owner);
+  }
+
+  /**
+   * Once {@code granted} says whether a grant came (a fence; null: none; -1:
+   * unknown), releases it on {@code d}; then {@code d} goes back to the pool,
+   * or is closed when its state is unknown.
+   */
+  private void releaseOn(Transport.Dedicated d, CompletableFuture<Long> granted, String key, String owner) {
+    CompletableFuture<Boolean> clean = granted.thenCompose(v -> {
+      if (v == null) {
+        return CompletableFuture.completedFuture(true);
+      }
+      if (v == -1L) {
+        // The connection failed: release by token from the shared one.
+        return Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> false);
+      }
+      return Protocol.send(d.conn, Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> e == null);
+    });
+    CompletableFuture<Void> done = clean.handle((ok, e) -> {
+      if (Boolean.TRUE.equals(ok)) {
+        t.giveBack(d);
+      } else {
+        t.close(d);
+      }
+      return null;
+    });
+    t.track(done);
+    Transport.settle(done, t.replyTimeoutNanos);
+  }
+
+  static void checkName(String s, String what) {
+    if (s == null || s.isEmpty() || s.length() > 1024) {
+      throw new RefusedException(what + " must be 1 to 1024 characters long");
+    }
+  }
+}

@@ -1,0 +1,152 @@
+package io.redislock;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** Holds taken through {@link LockClient}: tries, waits, fences, the deadline, the loss signal. */
+class HoldTest {
+  static TestServer server;
+  static LockClient client;
+
+  @BeforeAll
+  static void start() throws Exception {
+    server = TestServer.start();
+    client = LockClient.create(server.url());
+  }
+
+  @AfterAll
+  static void stop() throws Exception {
+    client.close();
+    server.close();
+  }
+
+  @Test
+  void a_try_on_a_held_lock_would_block_and_the_fence_rises_from_holder_to_holder() throws Exception {
+    Hold a = client.acquire("h:try", LockOptions.defaults());
+    assertEquals(a.owner(), server.infoField("h:try", "owner"));
+    assertThrows(WouldBlockException.class, () -> client.acquire("h:try", LockOptions.defaults()));
+    assertEquals(0, a.release());
+    assertFalse(a.isHeld());
+    assertNull(server.infoField("h:try", "owner"));
+    Hold b = client.acquire("h:try", LockOptions.defaults());
+    assertTrue(b.fence() > a.fence(), "fences rise");
+    b.release();
+    assertEquals(0, client.backgroundActivities());
+  }
+
+  @Test
+  void a_wait_is_granted_at_the_release_and_times_out_otherwise() throws Exception {
+    Hold a = client.acquire("h:wait", LockOptions.defaults());
+    assertThrows(LockTimeoutException.class, () -> client.acquire("h:wait", LockOptions.defaults().waitMs(100)));
+    CompletableFuture<Hold> b = CompletableFuture.supplyAsync(() -> {
+      try {
+        return client.acquire("h:wait", LockOptions.defaults().waitMs(10_000));
+      } catch (InterruptedException e) {
+        throw new IllegalStateException(e);
+      }
+    });
+    TestServer.waitUntil("the waiter is queued", Duration.ofSeconds(5),
+        () -> Long.valueOf(1).equals(server.infoField("h:wait", "waiters")));
+    a.release();
+    Hold got = b.get(5, TimeUnit.SECONDS);
+    assertEquals(got.owner(), server.infoField("h:wait", "owner"));
+    got.release();
+  }
+
+  @Test
+  void the_watchdog_keeps_a_short_lease_alive() throws Exception {
+    Hold a = client.acquire("h:dog", LockOptions.defaults().ttl(300));
+    Thread.sleep(1000);
+    assertTrue(a.isHeld());
+    assertEquals(a.owner(), server.infoField("h:dog", "owner"));
+    a.release();
+    assertNull(server.infoField("h:dog", "owner"));
+  }
+
+  @Test
+  void without_the_watchdog_the_loss_fires_before_the_server_lease_ends() throws Exception {
+    Hold a = client.acquire("h:nodog", LockOptions.defaults().ttl(300).watchdog(false));
+    long serverEnd = server.cmd().pexpiretime("h:nodog");
+    LossReason r = a.lost().toCompletableFuture().get(5, TimeUnit.SECONDS);
+    long at = System.currentTimeMillis();
+    assertEquals(LossReason.EXPIRED, r);
+    assertTrue(at <= serverEnd, "loss at " + at + " not after the server's lease end " + serverEnd);
+    assertThrows(LockLostException.class, a::release);
+  }
+
+  @Test
+  void under_client_pause_the_loss_is_signalled_before_the_server_lease_ends() throws Exception {
+    Hold a = client.acquire("h:pause", LockOptions.defaults().ttl(600));
+    long serverEnd = server.cmd().pexpiretime("h:pause");
+    server.cmd().clientPause(1500);
+    LossReason r = a.lost().toCompletableFuture().get(5, TimeUnit.SECONDS);
+    long at = System.currentTimeMillis();
+    assertEquals(LossReason.EXPIRED, r);
+    assertTrue(at <= serverEnd + 0, "loss at " + at + " after the lease end " + serverEnd);
+    Thread.sleep(1200);
+    // The renew that was parked behind the pause does not bring the hold back.
+    assertTrue(a.isLost());
+    assertFalse(a.isHeld());
+  }
+
+  @Test
+  void renew_with_a_new_ttl_sets_the_lease_and_stop_watchdog_keeps_the_hold_to_its_end() throws Exception {
+    Hold a = client.acquire("h:renew", LockOptions.defaults().ttl(2000).watchdog(false));
+    a.renew(60_000);
+    long pttl = server.cmd().pttl("h:renew");
+    assertTrue(pttl > 50_000, "pttl " + pttl);
+    a.renew(400);
+    a.stopWatchdog();
+    assertEquals(LossReason.EXPIRED, a.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
+  }
+
+  @Test
+  void notowner_at_a_renew_loses_the_hold_at_once() throws Exception {
+    Hold a = client.acquire("h:del", LockOptions.defaults().ttl(30_000));
+    server.cmd().del("h:del");
+    assertThrows(LockLostException.class, a::renew);
+    assertEquals(LossReason.NOT_OWNER, a.lossReason());
+  }
+
+  @Test
+  void a_hold_resumes_by_its_owner_token() throws Exception {
+    Hold a = client.acquire("h:resume", LockOptions.defaults().ttl(10_000).watchdog(false));
+    try (LockClient other = LockClient.create(server.url())) {
+      Hold b = other.resume("h:resume", a.owner(), 10_000, null, true);
+      assertEquals(a.fence(), b.fence());
+      assertEquals(0, b.release());
+      assertThrows(NotOwnerException.class, () -> other.resume("h:resume", a.owner(), 10_000, null, false));
+    }
+  }
+
+  @Test
+  void durations_up_to_2_pow_40_ms_are_accepted() throws Exception {
+    Hold a = client.acquire("h:long", LockOptions.defaults().ttl(LockOptions.MAX_MS).watchdog(false));
+    assertTrue(server.cmd().pttl("h:long") > (1L << 39));
+    assertTrue(a.remainingMillis() > (1L << 39));
+    Hold b = client.acquire("h:long2", LockOptions.defaults().ttl(1000));
+    CompletableFuture<Hold> waiter = CompletableFuture.supplyAsync(() -> {
+      try {
+        return client.acquire("h:long2", LockOptions.defaults().waitMs(LockOptions.MAX_MS));
+      } catch (InterruptedException e) {
+        throw new IllegalStateException(e);
+      }
+    });
+    TestServer.waitUntil("queued", Duration.ofSeconds(5),
+        () -> Long.valueOf(1).equals(server.infoField("h:long2", "waiters")));
+    b.release();
+    waiter.get(5, TimeUnit.SECONDS).release();
+    a.release();
+    assertThrows(RefusedException.class, () -> LockOptions.defaults().ttl(LockOptions.MAX_MS + 1));
+  }
+}
