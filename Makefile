@@ -68,6 +68,7 @@ test: build servers python-env node-env ## Run every test: unit tests and model 
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release -p redislock-client || exit 1; \
 	  (cd python && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CURDIR)/$(PYENV)/bin/pytest tests) || exit 1; \
 	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
+	  $(MAKE) --no-print-directory java-suite SUITE_ENV="$$env" || exit 1; \
 	done
 
 model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
@@ -89,6 +90,7 @@ lint: python-env node-env ## rustfmt and clippy over the workspace (module, clie
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	$(PYENV)/bin/ruff check python
 	cd node && npm run --silent lint
+	$(MAKE) --no-print-directory java-lint
 
 bench: build python-env node-env ## Every benchmark: the module vs the recipes and raw Redis, Redlock vs rslock, Python and Node locks (< 15 min)
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench
@@ -177,6 +179,41 @@ bench-node: build node-env ## Node locks compared: this client vs redlock and re
 	cd node && LOCK_MODULE=$(CURDIR)/$(MODULE) npm run --silent bench:only
 
 .PHONY: node-env node-test bench-node
+
+# The Java package (java/): a Maven project, every version pinned in
+# java/pom.xml; Maven downloads into ~/.m2. Debian's JDK 17 and Maven are
+# installed when missing.
+JAVA_APT := openjdk-17-jdk-headless maven
+MVN := mvn -B -ntp
+
+java-tools:
+	command -v java >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing: $(JAVA_APT)"; $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(JAVA_APT); }
+
+java-env: java-tools ## The Java package (java/): mvn package without tests, and the classpath its conformance driver (java/conformance-driver) starts with
+	cd java && $(MVN) -q package -DskipTests
+
+# One run of the Java suite with $(SUITE_ENV) (a server's LOCK_SERVER/LOCK_CLI);
+# `make test` calls it once per server.
+java-suite: java-tools
+	cd java && env LOCK_MODULE=$(CURDIR)/$(MODULE) $(SUITE_ENV) $(MVN) test
+
+java-test: build servers java-env ## The Java package's JUnit suite on each of the four servers
+	@for server in $(SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
+	  echo "=== $$server: Java ==="; \
+	  $(MAKE) --no-print-directory java-suite SUITE_ENV="$$env" || exit 1; \
+	done
+
+# javac with every lint warning as an error (-Xlint:all -Werror, set in
+# java/pom.xml), over the main and the test sources.
+java-lint: java-tools
+	cd java && $(MVN) -q test-compile
+
+.PHONY: java-tools java-env java-suite java-test java-lint
 
 # `make dist`: the tarball a user installs without Rust,
 # $(DIST)/redislock-<version>-<target>.tar.gz, and its .sha256 beside it.

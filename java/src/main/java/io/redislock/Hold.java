@@ -131,6 +131,11 @@ public final class Hold {
     return bound != null;
   }
 
+  /** The server's id of an ephemeral hold's own connection ({@code CLIENT LIST}'s id); -1 otherwise. */
+  public long connectionId() {
+    return bound != null ? bound.clientId : -1;
+  }
+
   /** The hold count this handle knows (reentries count); 0 once released. */
   public int count() {
     synchronized (mu) {
@@ -200,7 +205,8 @@ public final class Hold {
   }
 
   private LockException lostError() {
-    return new LockLostException(lost);
+    LossReason r = lost;
+    return r == null ? new NotOwnerException() : new LockLostException(r);
   }
 
   /** Under mu. */

@@ -200,7 +200,7 @@ public final class LockClient implements AutoCloseable {
   /** A wait, or an ephemeral hold, on a dedicated connection. */
   private Hold onDedicated(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
       throws InterruptedException {
-    Transport.Dedicated d = t.takeDedicated();
+    Transport.Dedicated d = t.takeDedicated(interruptible);
     boolean waits = opts.waits();
     long sent = System.nanoTime();
     CompletableFuture<Long> f = Protocol.acquire(d.conn, key, owner, opts.ttlMs(), kind, opts.isEphemeral(),

@@ -49,8 +49,10 @@ final class Transport implements AutoCloseable {
   final AtomicInteger activities = new AtomicInteger();
   /** How long a command other than a wait may take before it counts as failed. */
   final long replyTimeoutNanos;
+  private final RedisURI uri;
 
   Transport(RedisURI uri, ClientResources given, Duration replyTimeout) {
+    this.uri = uri;
     this.ownResources = given == null;
     this.resources = given != null ? given : DefaultClientResources.builder().build();
     this.replyTimeoutNanos = replyTimeout.toNanos();
@@ -110,35 +112,46 @@ final class Transport implements AutoCloseable {
     }
   }
 
-  /** A dedicated connection: an idle one, or a new one. */
-  Dedicated takeDedicated() {
+  /**
+   * A dedicated connection: an idle one, or a new one. Interruptible: a
+   * connection still being made when the caller is interrupted is closed
+   * once it is up.
+   */
+  Dedicated takeDedicated(boolean interruptible) throws InterruptedException {
     for (Dedicated d; (d = idle.pollFirst()) != null; ) {
       if (d.isOpen()) {
         return d;
       }
       d.conn.closeAsync();
     }
-    StatefulRedisConnection<String, String> conn;
-    long id;
+    CompletableFuture<StatefulRedisConnection<String, String>> connecting =
+        dedicatedClient.connectAsync(StringCodec.UTF8, uri).toCompletableFuture();
+    CompletableFuture<Dedicated> made = connecting.thenCompose(conn -> conn.async().clientId().toCompletableFuture()
+        .handle((id, err) -> {
+          if (err != null) {
+            conn.closeAsync();
+            throw new java.util.concurrent.CompletionException(err);
+          }
+          return new Dedicated(conn, id);
+        }));
     try {
-      conn = dedicatedClient.connect(StringCodec.UTF8);
-    } catch (RuntimeException e) {
+      Dedicated d = await(made, replyTimeoutNanos, interruptible);
+      d.conn.addListener(new RedisConnectionStateListener() {
+        @Override
+        public void onRedisDisconnected(RedisChannelHandler<?, ?> connection) {
+          d.fireClosed();
+        }
+      });
+      return d;
+    } catch (InterruptedException e) {
+      made.thenAccept(d -> d.conn.closeAsync());
+      throw e;
+    } catch (TimeoutException e) {
+      made.thenAccept(d -> d.conn.closeAsync());
+      throw new TransportException("no connection in time", e);
+    } catch (ExecutionException e) {
       throw Protocol.map(e);
     }
-    try {
-      id = conn.sync().clientId();
-    } catch (RuntimeException e) {
-      conn.closeAsync();
-      throw Protocol.map(e);
-    }
-    Dedicated d = new Dedicated(conn, id);
-    conn.addListener(new RedisConnectionStateListener() {
-      @Override
-      public void onRedisDisconnected(RedisChannelHandler<?, ?> connection) {
-        d.fireClosed();
-      }
-    });
-    return d;
   }
 
   /** Back to the pool once its command is answered and nothing is bound to it; else closed. */
