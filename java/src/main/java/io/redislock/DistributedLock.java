@@ -155,6 +155,11 @@ public class DistributedLock implements Lock {
     throw new UnsupportedOperationException("a distributed lock has no Condition");
   }
 
+  /** Whether any thread of this client holds the lock through this name and scope. */
+  public boolean isHeldByAnyThread() {
+    return owners.anyHeld();
+  }
+
   public boolean isHeldByCurrentThread() {
     return owners.current() != null;
   }

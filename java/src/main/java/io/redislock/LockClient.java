@@ -8,6 +8,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeoutException;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * The entry point: a connection to one server (or to the master a Sentinel
@@ -192,7 +194,7 @@ public final class LockClient implements AutoCloseable {
       throw Protocol.map(e);
     }
     if (fence == null) {
-      throw new WouldBlockException();
+      throw notObtained();
     }
     return new Hold(t, key, owner, kind, fence, opts.ttlMs(), sent, opts.watchdog(), null);
   }
@@ -235,7 +237,7 @@ public final class LockClient implements AutoCloseable {
       if (waits) {
         throw new LockTimeoutException();
       }
-      throw new WouldBlockException();
+      throw notObtained();
     }
     long ttl = opts.ttlMs();
     if (waits && System.nanoTime() - sent > ttl * 1_000_000L / 3) {
@@ -313,6 +315,26 @@ public final class LockClient implements AutoCloseable {
     });
     t.track(done);
     Transport.settle(done, t.replyTimeoutNanos);
+  }
+
+  private static final Pattern QUARANTINE = Pattern.compile("quarantine_ms:(\\d+)");
+
+  /**
+   * A try answered nil: held by someone else, or the server is in its
+   * quarantine (it begins no hold, even on a free lock). {@code INFO lock}
+   * tells them apart; asked only on this failure path.
+   */
+  private LockException notObtained() {
+    try {
+      String info = Transport.await(t.shared.async().info("lock").toCompletableFuture(), t.replyTimeoutNanos, false);
+      Matcher m = QUARANTINE.matcher(info == null ? "" : info);
+      if (m.find() && Long.parseLong(m.group(1)) > 0) {
+        return new QuarantineException();
+      }
+    } catch (ExecutionException | TimeoutException | InterruptedException | RuntimeException e) {
+      // Cannot tell: the common answer.
+    }
+    return new WouldBlockException();
   }
 
   static void checkName(String s, String what) {

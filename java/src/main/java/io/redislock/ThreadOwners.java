@@ -82,6 +82,17 @@ final class ThreadOwners {
     return h != null && h.isHeld() ? h : null;
   }
 
+  /** Whether some thread holds the lock now. */
+  boolean anyHeld() {
+    for (Slot s : slots.values()) {
+      Hold h = s.hold;
+      if (h != null && h.isHeld()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** The calling thread's last hold, held or not (its loss stays visible). */
   Hold last() {
     Slot s = slots.get(threadId());

@@ -149,4 +149,18 @@ class HoldTest {
     a.release();
     assertThrows(RefusedException.class, () -> LockOptions.defaults().ttl(LockOptions.MAX_MS + 1));
   }
+
+  @Test
+  void a_try_in_the_quarantine_says_so_and_a_wait_is_served_after_it() throws Exception {
+    try (TestServer fresh = TestServer.start("--lock.max-ttl", "3000");
+        LockClient c = LockClient.create(fresh.url())) {
+      assertThrows(QuarantineException.class, () -> c.acquire("h:q", LockOptions.defaults().ttl(1000)));
+      Hold h = c.acquire("h:q", LockOptions.defaults().ttl(1000).waitMs(10_000));
+      assertTrue(h.isHeld());
+      h.release();
+      Hold other = c.acquire("h:q", LockOptions.defaults().ttl(1000));
+      assertThrows(WouldBlockException.class, () -> c.acquire("h:q", LockOptions.defaults().ttl(1000)));
+      other.release();
+    }
+  }
 }
