@@ -191,8 +191,9 @@ java-tools:
 	  echo "installing: $(JAVA_APT)"; $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(JAVA_APT); }
 
-java-env: java-tools ## The Java package (java/): mvn package without tests, and the classpath its conformance driver (java/conformance-driver) starts with
+java-env: java-tools ## The Java package (java/): mvn package without tests, and what its conformance driver (java/conformance-driver) starts with: the classpath and a class archive
 	cd java && $(MVN) -q package -DskipTests
+	cd java && LOCK_MODULE=$(CURDIR)/$(MODULE) ./cds-archive.sh
 
 # One run of the Java suite with $(SUITE_ENV) (a server's LOCK_SERVER/LOCK_CLI);
 # `make test` calls it once per server.

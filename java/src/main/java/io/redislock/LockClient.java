@@ -1,5 +1,6 @@
 package io.redislock;
 
+import io.lettuce.core.KillArgs;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.resource.ClientResources;
 import java.time.Duration;
@@ -199,120 +200,128 @@ public final class LockClient implements AutoCloseable {
     return new Hold(t, key, owner, kind, fence, opts.ttlMs(), sent, opts.watchdog(), null);
   }
 
-  /** A wait, or an ephemeral hold, on a dedicated connection. */
+  /**
+   * A wait, or an ephemeral hold, on a dedicated connection. A wait longer
+   * than a third of the ttl is confirmed with a renew on the same connection;
+   * a renew that finds the lock gone ({@code NOTOWNER}: the grant was taken
+   * away before we could use it) is not a hold, and the call waits again
+   * within what is left of its wait.
+   */
   private Hold onDedicated(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
       throws InterruptedException {
+    // How long the call has waited counts from its start: the connection it
+    // may have to open first is part of the wait.
+    long callStart = System.nanoTime();
     Transport.Dedicated d = t.takeDedicated(interruptible);
     boolean waits = opts.waits();
-    long sent = System.nanoTime();
-    CompletableFuture<Long> f = Protocol.acquire(d.conn, key, owner, opts.ttlMs(), kind, opts.isEphemeral(),
-        opts.waitMs());
-    Long fence;
-    try {
-      long limit = !waits ? t.replyTimeoutNanos
-          : opts.waitMs() == LockOptions.FOREVER ? -1 : opts.waitMs() * 1_000_000L + t.replyTimeoutNanos;
-      fence = Transport.await(f, limit, interruptible);
-    } catch (InterruptedException | TimeoutException e) {
-      cancelOn(d, f, key, owner, waits);
-      if (e instanceof InterruptedException) {
-        throw (InterruptedException) e;
-      }
-      throw new TransportException("no reply to LOCK.ACQUIRE in time: nothing is held", e);
-    } catch (ExecutionException e) {
-      LockException mapped = Protocol.map(e);
-      if (mapped instanceof TransportException) {
-        // The connection failed under the command: a grant may have been made
-        // that no reply will tell us about. Our owner holds nothing else here.
-        t.close(d);
-        CompletableFuture<Long> undo = Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner)
-            .exceptionally(err -> 0L);
-        t.track(undo);
-      } else {
-        t.giveBack(d);
-      }
-      throw mapped;
-    }
-    if (fence == null) {
-      t.giveBack(d);
-      if (waits) {
-        throw new LockTimeoutException();
-      }
-      throw notObtained();
-    }
+    boolean forever = opts.waitMs() == LockOptions.FOREVER;
     long ttl = opts.ttlMs();
-    if (waits && System.nanoTime() - sent > ttl * 1_000_000L / 3) {
-      // The lease began at the hand-off, somewhere in the wait: confirm it with
-      // a renew and count the deadline from the renew's send.
-      long renewSent = System.nanoTime();
-      CompletableFuture<Long> r = Protocol.send(d.conn, Protocol.Cmd.RENEW, key, owner, ttl);
+    long waitEnd = System.nanoTime() + (waits && !forever ? opts.waitMs() * 1_000_000L : 0);
+    for (;;) {
+      long waitMs = !waits ? LockOptions.NO_WAIT
+          : forever ? LockOptions.FOREVER : Math.max(1, (waitEnd - System.nanoTime()) / 1_000_000L);
+      long sent = System.nanoTime();
+      CompletableFuture<Long> f = Protocol.acquire(d.conn, key, owner, ttl, kind, opts.isEphemeral(), waitMs);
+      Long fence;
       try {
-        Transport.await(r, t.replyTimeoutNanos, interruptible);
+        long limit = !waits ? t.replyTimeoutNanos : forever ? -1 : waitMs * 1_000_000L + t.replyTimeoutNanos;
+        fence = Transport.await(f, limit, interruptible);
       } catch (InterruptedException | TimeoutException e) {
-        releaseOn(d, r.handle((v, err) -> 1L), key, owner);
+        abandon(d, f, key, owner);
         if (e instanceof InterruptedException) {
           throw (InterruptedException) e;
         }
-        throw new TransportException("no reply to LOCK.RENEW in time: nothing is held", e);
+        throw new TransportException("no reply to LOCK.ACQUIRE in time: nothing is held", e);
       } catch (ExecutionException e) {
-        t.giveBack(d);
-        if (Protocol.meansNotOwner(e)) {
-          throw new LockLostException(LossReason.EXPIRED);
+        LockException mapped = Protocol.map(e);
+        if (mapped instanceof TransportException) {
+          // The connection failed under the command: a grant may have been made
+          // that no reply will tell us about.
+          abandon(d, f, key, owner);
+        } else {
+          t.giveBack(d);
         }
-        throw Protocol.map(e);
+        throw mapped;
       }
-      sent = renewSent;
-    }
-    Hold h = new Hold(t, key, owner, kind, fence, ttl, sent, opts.watchdog(), opts.isEphemeral() ? d : null);
-    if (!opts.isEphemeral()) {
-      t.giveBack(d);
-    }
-    return h;
-  }
-
-  /**
-   * A wait cancelled (interrupt, no reply in time): wake it with {@code CLIENT
-   * UNBLOCK … ERROR} (a grant whose reply has not gone out yet is taken back),
-   * then learn from its reply whether the grant crossed, and if so release it
-   * on the same connection. Waits for the clean-up for up to the reply
-   * timeout; it finishes in the background if the server is slower.
-   */
-  private void cancelOn(Transport.Dedicated d, CompletableFuture<Long> f, String key, String owner, boolean waits) {
-    if (waits) {
-      t.shared.async().clientUnblock(d.clientId, io.lettuce.core.UnblockType.ERROR);
-    }
-    releaseOn(d, f.handle((v, err) -> {
-      if (err != null && Protocol.map(err) instanceof TransportException
-          && !String.valueOf(Protocol.unwrap(err).getMessage()).startsWith("UNBLOCKED")) {
-        return -1L;
-      }
-      return v;
-    }), key, owner);
-  }
-
-  /**
-   * Once {@code granted} says whether a grant came (a fence; null: none; -1:
-   * unknown), releases it on {@code d}; then {@code d} goes back to the pool,
-   * or is closed when its state is unknown.
-   */
-  private void releaseOn(Transport.Dedicated d, CompletableFuture<Long> granted, String key, String owner) {
-    CompletableFuture<Boolean> clean = granted.thenCompose(v -> {
-      if (v == null) {
-        return CompletableFuture.completedFuture(true);
-      }
-      if (v == -1L) {
-        // The connection failed: release by token from the shared one.
-        return Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> false);
-      }
-      return Protocol.send(d.conn, Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> e == null);
-    });
-    CompletableFuture<Void> done = clean.handle((ok, e) -> {
-      if (Boolean.TRUE.equals(ok)) {
+      if (fence == null) {
         t.giveBack(d);
-      } else {
-        t.close(d);
+        if (waits) {
+          throw new LockTimeoutException();
+        }
+        throw notObtained();
       }
-      return null;
-    });
+      long waitedFrom = Math.min(callStart, sent);
+      callStart = Long.MAX_VALUE;
+      if (waits && System.nanoTime() - waitedFrom > ttl * 1_000_000L / 3) {
+        // The lease began at the hand-off, somewhere in the wait: confirm it
+        // with a renew and count the deadline from the renew's send.
+        long renewSent = System.nanoTime();
+        CompletableFuture<Long> r = Protocol.send(d.conn, Protocol.Cmd.RENEW, key, owner, ttl);
+        try {
+          Transport.await(r, t.replyTimeoutNanos, interruptible);
+        } catch (InterruptedException | TimeoutException e) {
+          abandon(d, r, key, owner);
+          if (e instanceof InterruptedException) {
+            throw (InterruptedException) e;
+          }
+          throw new TransportException("no reply to LOCK.RENEW in time: nothing is held", e);
+        } catch (ExecutionException e) {
+          if (Protocol.meansNotOwner(e)) {
+            if (forever || waitEnd - System.nanoTime() > 0) {
+              continue;
+            }
+            t.giveBack(d);
+            throw new LockTimeoutException();
+          }
+          abandon(d, r, key, owner);
+          throw Protocol.map(e);
+        }
+        sent = renewSent;
+      }
+      Hold h = new Hold(t, key, owner, kind, fence, ttl, sent, opts.watchdog(), opts.isEphemeral() ? d : null);
+      if (!opts.isEphemeral()) {
+        t.giveBack(d);
+      }
+      return h;
+    }
+  }
+
+  /**
+   * A command on a dedicated connection was given up (interrupt, no reply in
+   * time, a failed connection) and may have been granted, or may still be:
+   * parked in the queue, held up by a pause, or its reply in flight. If its
+   * reply is already here, a grant is released on the same connection.
+   * Otherwise the server drops that connection ({@code CLIENT KILL ID}, which
+   * ends a parked wait and a command held up by a pause), and only then, on
+   * the shared connection, after the kill, the owner's release: no grant can
+   * come after the kill, and one that came before is released. (A
+   * {@code CLIENT UNBLOCK} is not enough: Redis 7.0 answers a command held
+   * up by {@code CLIENT PAUSE} with the error and then runs it all the same
+   * when the pause ends.) Waits up to the reply timeout for the clean-up;
+   * past it, it ends in the background.
+   */
+  private void abandon(Transport.Dedicated d, CompletableFuture<Long> f, String key, String owner) {
+    CompletableFuture<?> done;
+    if (f.isDone() && !f.isCompletedExceptionally()) {
+      Long v = f.join();
+      if (v == null) {
+        t.giveBack(d);
+        return;
+      }
+      done = Protocol.send(d.conn, Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> {
+        if (e == null) {
+          t.giveBack(d);
+        } else {
+          t.close(d);
+        }
+        return null;
+      });
+    } else {
+      done = t.shared.async().clientKill(KillArgs.Builder.id(d.clientId)).toCompletableFuture()
+          .handle((x, e) -> null)
+          .thenCompose(x -> Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner).handle((y, e) -> null));
+      t.close(d);
+    }
     t.track(done);
     Transport.settle(done, t.replyTimeoutNanos);
   }
