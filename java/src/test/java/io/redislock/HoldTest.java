@@ -163,4 +163,37 @@ class HoldTest {
       other.release();
     }
   }
+
+  /**
+   * Redis 7.0 answers {@code CLIENT UNBLOCK … ERROR} for a command held up by
+   * {@code CLIENT PAUSE WRITE} with the error, and then runs the command all
+   * the same when the pause ends: a client that took the error for "nothing
+   * granted" kept a 30 s hold. The wait's connection is killed instead.
+   */
+  @Test
+  void a_wait_cancelled_while_a_write_pause_holds_it_leaves_nothing_after_the_pause() throws Exception {
+    Hold warm = client.acquire("h:paused", LockOptions.defaults().ttl(1000).waitMs(1000));
+    warm.release();
+    server.cmd().dispatch(io.lettuce.core.protocol.CommandType.CLIENT,
+        new io.lettuce.core.output.StatusOutput<>(io.lettuce.core.codec.StringCodec.UTF8),
+        new io.lettuce.core.protocol.CommandArgs<>(io.lettuce.core.codec.StringCodec.UTF8).add("PAUSE").add(1500)
+            .add("WRITE"));
+    long paused = System.nanoTime();
+    CompletableFuture<Throwable> call = new CompletableFuture<>();
+    Thread waiter = new Thread(() -> {
+      try {
+        Hold h = client.acquire("h:paused", LockOptions.defaults().ttl(30_000).waitMs(10_000));
+        call.complete(new AssertionError("granted " + h));
+      } catch (Throwable e) {
+        call.complete(e);
+      }
+    });
+    waiter.start();
+    Thread.sleep(300);
+    waiter.interrupt();
+    assertTrue(call.get(15, TimeUnit.SECONDS) instanceof InterruptedException, String.valueOf(call.getNow(null)));
+    Thread.sleep(Math.max(0, 1700 - TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - paused)));
+    TestServer.waitUntil("the lock is free after the pause", Duration.ofSeconds(3),
+        () -> server.infoField("h:paused", "owner") == null);
+  }
 }
