@@ -1,6 +1,5 @@
 package io.redislock;
 
-import io.lettuce.core.api.StatefulRedisConnection;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutionException;
@@ -38,6 +37,7 @@ public final class Hold {
   private final HoldKind kind;
   /** An ephemeral hold's own connection; null otherwise. */
   private final Transport.Dedicated bound;
+  private final Backend backend;
   private final CompletableFuture<LossReason> lostSignal = new CompletableFuture<>();
 
   private final Object mu = new Object();
@@ -60,6 +60,12 @@ public final class Hold {
 
   Hold(Transport t, String key, String owner, HoldKind kind, long fence, long ttlMs, long sentNanos,
       boolean autoRenew, Transport.Dedicated bound) {
+    this(t, Backend.single(t, bound), key, owner, kind, fence, ttlMs, sentNanos, autoRenew, bound);
+  }
+
+  Hold(Transport t, Backend backend, String key, String owner, HoldKind kind, long fence, long ttlMs,
+      long sentNanos, boolean autoRenew, Transport.Dedicated bound) {
+    this.backend = backend;
     this.t = t;
     this.key = key;
     this.owner = owner;
@@ -276,7 +282,7 @@ public final class Hold {
       // Sent under mu: once stopRenewals() has run, no renew goes out.
       ttl = ttlMs;
       sent = System.nanoTime();
-      f = Protocol.send(conn(), Protocol.Cmd.RENEW, key, owner, ttl);
+      f = backend.renew(key, owner, ttl);
       renewInFlight = done;
     }
     f.whenComplete((ok, err) -> {
@@ -344,11 +350,6 @@ public final class Hold {
     stopRenewals();
   }
 
-  /** The connection this hold's commands go over: its own when ephemeral. */
-  private StatefulRedisConnection<String, String> conn() {
-    return bound != null ? bound.conn : t.shared;
-  }
-
   // ---------------------------------------------------------------- renew, reenter
 
   /** Renews the lease now, with the same ttl. */
@@ -368,7 +369,7 @@ public final class Hold {
     }
     checkHeld();
     long sent = System.nanoTime();
-    CompletableFuture<Long> f = Protocol.send(conn(), Protocol.Cmd.RENEW, key, owner, newTtlMs);
+    CompletableFuture<Long> f = backend.renew(key, owner, newTtlMs);
     try {
       Transport.await(f, t.replyTimeoutNanos, true);
     } catch (ExecutionException e) {
@@ -400,15 +401,14 @@ public final class Hold {
   int reenter(long newTtlMs, boolean interruptible) throws InterruptedException {
     checkHeld();
     long sent = System.nanoTime();
-    StatefulRedisConnection<String, String> c = conn();
-    CompletableFuture<Long> f = Protocol.send(c, Protocol.Cmd.REENTER, key, owner, newTtlMs);
+    CompletableFuture<Long> f = backend.reenter(key, owner, newTtlMs);
     long n;
     try {
       n = Transport.await(f, t.replyTimeoutNanos, interruptible);
     } catch (InterruptedException | TimeoutException e) {
       CompletableFuture<Long> undo = f.handle((v, err) -> v).thenCompose(v -> v == null
           ? CompletableFuture.completedFuture(0L)
-          : Protocol.send(c, Protocol.Cmd.RELEASE, key, owner));
+          : backend.release(key, owner, false));
       t.track(undo);
       Transport.settle(undo, t.replyTimeoutNanos);
       if (e instanceof InterruptedException) {
@@ -487,9 +487,7 @@ public final class Hold {
       giveUp(CompletableFuture.failedFuture(e));
       throw e;
     }
-    CompletableFuture<Long> f = all
-        ? Protocol.send(conn(), Protocol.Cmd.RELEASE, key, owner, "ALL")
-        : Protocol.send(conn(), Protocol.Cmd.RELEASE, key, owner);
+    CompletableFuture<Long> f = backend.release(key, owner, all);
     long left;
     try {
       left = Transport.await(f, t.replyTimeoutNanos, true);
@@ -572,10 +570,9 @@ public final class Hold {
       }
       long delay = err == null ? 0 : retryPeriodNanos(ttl);
       t.schedule(() -> {
-        StatefulRedisConnection<String, String> c = bound != null && bound.isOpen() ? bound.conn : t.shared;
         CompletableFuture<Long> next;
         try {
-          next = Protocol.send(c, Protocol.Cmd.RELEASE, key, owner, "ALL");
+          next = backend.release(key, owner, true);
         } catch (RuntimeException e) {
           next = CompletableFuture.failedFuture(e);
         }

@@ -57,7 +57,11 @@ final class Transport implements AutoCloseable {
     this.resources = given != null ? given : DefaultClientResources.builder().build();
     this.replyTimeoutNanos = replyTimeout.toNanos();
     this.sharedClient = RedisClient.create(resources, uri);
-    sharedClient.setOptions(ClientOptions.builder().protocolVersion(ProtocolVersion.RESP2).autoReconnect(true).build());
+    // While it reconnects, commands fail at once rather than queue: a renew is
+    // retried by the watchdog, a release in the background, and a Redlock
+    // round counts the server out.
+    sharedClient.setOptions(ClientOptions.builder().protocolVersion(ProtocolVersion.RESP2).autoReconnect(true)
+        .disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS).build());
     this.dedicatedClient = RedisClient.create(resources, uri);
     dedicatedClient.setOptions(ClientOptions.builder().protocolVersion(ProtocolVersion.RESP2).autoReconnect(false)
         .disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS).build());

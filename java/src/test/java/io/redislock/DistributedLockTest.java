@@ -215,9 +215,9 @@ class DistributedLockTest {
   @Test
   void the_watchdog_survives_a_killed_shared_connection() throws Exception {
     DistributedLock lock = client.getLock("l:kill");
-    lock.acquire(LockOptions.defaults().ttl(900));
+    lock.acquire(LockOptions.defaults().ttl(3000));
     server.cmd().clientKill(io.lettuce.core.KillArgs.Builder.typeNormal().skipme(true));
-    Thread.sleep(1500);
+    Thread.sleep(4000);
     assertTrue(lock.isHeldByCurrentThread(), "renewed after the reconnect");
     assertEquals(lock.getHold().owner(), server.infoField("l:kill", "owner"));
     lock.unlock();

@@ -142,6 +142,11 @@ final class TestServer implements AutoCloseable {
     }
   }
 
+  /** kill -9, the server gone for the rest of the test. */
+  void kill() throws InterruptedException {
+    process.destroyForcibly().waitFor();
+  }
+
   @Override
   public void close() throws IOException {
     observer.close();

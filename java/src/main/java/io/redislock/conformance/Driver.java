@@ -12,6 +12,7 @@ import io.redislock.LockOptions;
 import io.redislock.LockTimeoutException;
 import io.redislock.NotOwnerException;
 import io.redislock.QuarantineException;
+import io.redislock.Redlock;
 import io.redislock.RefusedException;
 import io.redislock.UpgradeRefusedException;
 import io.redislock.WouldBlockException;
@@ -48,6 +49,7 @@ import java.util.concurrent.TimeUnit;
 public final class Driver {
   private final PrintStream out;
   private volatile LockClient client;
+  private volatile Redlock redlock;
   private final Map<String, Hold> holds = new ConcurrentHashMap<>();
   private final Map<String, Object> objects = new ConcurrentHashMap<>();
   private final Map<String, ExecutorService> threads = new ConcurrentHashMap<>();
@@ -255,7 +257,7 @@ public final class Driver {
             + (lost ? h.lossReason().wireName() : "-") + " fence=" + h.fence();
       }
       case "leaks":
-        return "running=" + client().backgroundActivities();
+        return "running=" + (redlock != null ? redlock.backgroundActivities() : client().backgroundActivities());
       default:
         throw new Fail("unsupported", "unknown verb " + verb);
     }
@@ -280,9 +282,11 @@ public final class Driver {
         client = LockClient.create(RedisURI.Builder.sentinel(u.getHost(), u.getPort(), need(args, "master")).build());
         return;
       }
-      case "cluster":
       case "redlock":
-        throw new Fail("unsupported", "the Java client has no " + topology + " support yet");
+        redlock = Redlock.create(java.util.Arrays.asList(need(args, "urls").split(",")));
+        return;
+      case "cluster":
+        throw new Fail("unsupported", "the Java client has no cluster support yet");
       default:
         throw new Fail("bad-request", "unknown topology " + topology);
     }
@@ -390,6 +394,12 @@ public final class Driver {
     String key = need(args, "key");
     String kind = args.getOrDefault("kind", "lock");
     LockOptions opts = options(args);
+    if (redlock != null) {
+      if (!kind.equals("lock")) {
+        throw new Fail("unsupported", "Redlock has exclusive locks only");
+      }
+      return keep(h, redlock.acquire(key, opts));
+    }
     Object obj = object(args, kind, key);
     Hold hold;
     if (obj instanceof DistributedLock) {
