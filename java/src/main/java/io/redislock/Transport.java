@@ -79,6 +79,15 @@ final class Transport implements AutoCloseable {
       throw Protocol.map(e);
     }
     this.shared = conn;
+    // One dedicated connection opened now, in the background, so the first
+    // wait does not pay for a connection while its caller waits.
+    CompletableFuture.runAsync(() -> {
+      try {
+        giveBack(takeDedicated(false));
+      } catch (InterruptedException | RuntimeException e) {
+        // The first wait opens its own.
+      }
+    });
   }
 
   /** A connection of its own, for one wait or one ephemeral hold. */
