@@ -185,6 +185,8 @@ bench-node: build node-env ## Node locks compared: this client vs redlock and re
 # installed when missing.
 JAVA_APT := openjdk-17-jdk-headless maven
 MVN := mvn -B -ntp
+# The Java client's conformance driver, a shell command line (after make java-env).
+DRIVER_java := $(CURDIR)/java/conformance-driver
 
 java-tools:
 	command -v java >/dev/null && command -v mvn >/dev/null || { \
