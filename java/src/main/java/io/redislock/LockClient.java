@@ -134,6 +134,58 @@ public final class LockClient implements AutoCloseable {
   }
 
   /**
+   * The async form of {@link #acquire(String, String, HoldKind, LockOptions)},
+   * keyed by the owner token the caller gives rather than by a thread: the
+   * call runs on a thread of its own and the future completes with the hold.
+   * {@code cancel(true)} on the future (or {@code cancel(false)}: both
+   * interrupt) cancels the call at whatever point it is, with the same
+   * guarantee as an interrupt: nothing held. A hold granted as the cancel
+   * came is released.
+   */
+  public CompletableFuture<Hold> acquireAsync(String key, String owner, HoldKind kind, LockOptions opts) {
+    AsyncCall call = new AsyncCall();
+    Thread worker = new Thread(() -> {
+      try {
+        Hold h = acquire(key, owner, kind, opts, true);
+        if (!call.complete(h)) {
+          // Cancelled as the grant came: nobody will release it but us.
+          try {
+            h.releaseAll();
+          } catch (InterruptedException | LockException e) {
+            // Lost already, or its release goes on in the background.
+          }
+        }
+      } catch (InterruptedException e) {
+        call.cancel(false);
+      } catch (Throwable e) {
+        call.completeExceptionally(e);
+      } finally {
+        t.activities.decrementAndGet();
+      }
+    }, "redislock-acquire");
+    worker.setDaemon(true);
+    call.worker = worker;
+    t.activities.incrementAndGet();
+    worker.start();
+    return call;
+  }
+
+  /** A future whose cancel interrupts the thread running the call. */
+  private static final class AsyncCall extends CompletableFuture<Hold> {
+    volatile Thread worker;
+
+    @Override
+    public boolean cancel(boolean mayInterruptIfRunning) {
+      boolean cancelled = super.cancel(mayInterruptIfRunning);
+      Thread w = worker;
+      if (cancelled && w != null && w != Thread.currentThread()) {
+        w.interrupt();
+      }
+      return cancelled;
+    }
+  }
+
+  /**
    * Continues a hold another process took, by its owner token: a renew
    * confirms it and starts the deadline ({@code NOTOWNER}: not held).
    * {@code fence} null asks the server for it.

@@ -195,4 +195,22 @@ class HoldTest {
     TestServer.waitUntil("the lock is free after the pause", Duration.ofSeconds(3),
         () -> server.infoField("h:paused", "owner") == null);
   }
+
+  @Test
+  void the_async_api_is_keyed_by_owner_and_a_cancel_leaves_nothing() throws Exception {
+    String owner = client.newOwner();
+    Hold a = client.acquireAsync("h:async", owner, HoldKind.EXCLUSIVE, LockOptions.defaults()).get(10,
+        TimeUnit.SECONDS);
+    assertEquals(owner, server.infoField("h:async", "owner"));
+    CompletableFuture<Hold> waiting = client.acquireAsync("h:async", client.newOwner(), HoldKind.EXCLUSIVE,
+        LockOptions.defaults().waitForever());
+    TestServer.waitUntil("queued", Duration.ofSeconds(10),
+        () -> Long.valueOf(1).equals(server.infoField("h:async", "waiters")));
+    assertTrue(waiting.cancel(true));
+    TestServer.waitUntil("the waiter left", Duration.ofSeconds(10),
+        () -> Long.valueOf(0).equals(server.infoField("h:async", "waiters")));
+    a.release();
+    assertNull(server.infoField("h:async", "owner"));
+    TestServer.waitUntil("no background activity", Duration.ofSeconds(10), () -> client.backgroundActivities() == 0);
+  }
 }
