@@ -189,7 +189,7 @@ MVN := mvn -B -ntp
 DRIVER_java := $(CURDIR)/java/conformance-driver
 
 java-tools:
-	command -v java >/dev/null && command -v mvn >/dev/null || { \
+	@command -v java >/dev/null && command -v mvn >/dev/null || { \
 	  echo "installing: $(JAVA_APT)"; $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(JAVA_APT); }
 
