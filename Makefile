@@ -184,7 +184,7 @@ bench-node: build node-env ## Node locks compared: this client vs redlock and re
 # java/pom.xml; Maven downloads into ~/.m2. Debian's JDK 17 and Maven are
 # installed when missing.
 JAVA_APT := openjdk-17-jdk-headless maven
-MVN := mvn -B -ntp
+MVN := mvn -B -ntp -Dstyle.color=never
 # The Java client's conformance driver, a shell command line (after make java-env).
 DRIVER_java := $(CURDIR)/java/conformance-driver
 
