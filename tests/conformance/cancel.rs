@@ -104,11 +104,15 @@ fn a_cancelled_wait_for_a_permit_whose_grant_was_in_flight_is_released() {
 fn a_cancel_during_the_confirming_renew_leaves_nothing() {
     let (server, mut d) = setup();
     hold_elsewhere(&server, "k", "other");
-    let sent = Instant::now();
     let id = d.send("acquire h=a key=k ttl=3000 wait=20000 cancel=2000");
     waiters(&server, "k", 1);
-    // Past a third of the ttl, so the grant needs confirming.
-    thread::sleep(Duration::from_millis(1200).saturating_sub(sent.elapsed()));
+    // Counted from when the wait is seen parked, not from the send: the
+    // client's call began before that, however slowly its driver started.
+    // Past a third of the ttl by its clock too, so the grant needs
+    // confirming; and its cancel (2 s after its call began) still comes
+    // after the grant (1.2 s after it parked) and inside the pause.
+    let parked = Instant::now();
+    thread::sleep(Duration::from_millis(1200).saturating_sub(parked.elapsed()));
     let mut conn = server.conn();
     let (): () = redis::pipe()
         .cmd("LOCK.RELEASE")
