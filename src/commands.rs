@@ -5,21 +5,18 @@
 //! or park waiters — is [`crate::orchestrate`], run against the server
 //! ([`Server`]); a handler parses, calls it and replies. Errors travel as [`LockError`] and become replies in [`run`].
 
-use std::os::raw::{c_int, c_long};
+use std::os::raw::c_long;
 
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::args;
 use crate::error::LockError;
-use crate::ffi::key::{Access, Lease, LockKey};
-use crate::ffi::latency::Tracked;
+use crate::ffi::key::{Access, LockKey};
 use crate::ffi::waiting::{self, Server};
 use crate::ffi::{config, ephemeral, guard, now_ms, partition, Args};
 use crate::holds::Mode;
 use crate::orchestrate::{self, Acquired};
-use crate::{fence, lock, stats};
-
-const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
+use crate::{fence, stats};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
@@ -27,6 +24,9 @@ const NOTIFY_MODULE: c_int = raw::REDISMODULE_NOTIFY_MODULE;
 pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.ACQUIRE", input, |argv| {
         let req = args::parse_acquire(argv, config::max_ttl())?;
+        if req.ephemeral {
+            ephemeral::refuse_in_script(ctx)?;
+        }
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut host = Server::new(ctx).ephemeral(req.ephemeral);
@@ -96,36 +96,13 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         let req = args::parse_fence(argv, now_ms())?;
         replicas_follow(ctx)?;
         let key_name = input.key()?;
-        let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        let tracked = Tracked::before(&key);
-        // The hold's fence before: the latency record and a binding name it.
-        let before = key.holds().ok().flatten().and_then(|holds| {
-            let fence = holds.of(req.owner, key.now())?.hold.fence;
-            Some(fence)
-        });
-        let hold = if key.is_shared() {
-            let now = key.now();
-            let mut holds = key.holds()?.unwrap_or_default();
-            let hold = holds.fence(req.owner, req.min_fence, now)?;
-            holds.drop_ended(now);
-            key.store_holds(holds);
-            hold
-        } else {
-            let hold = lock::fence(key.current()?, req.owner, req.min_fence, key.now())?;
-            key.apply(req.owner, hold, Lease::Kept);
-            hold
-        };
-        // The raised hold goes on; shared holds whose lease ended, end.
-        tracked.after(&key, before.map(|from| (from, hold.fence)));
-        // Replicas and the AOF raise their counter as they apply it
-        // (`LOCK.APPLY` observes the fence it carries).
-        fence::observe(hold.fence);
-        key.notify(NOTIFY_MODULE, c"lock.fence");
-        if let Some(old) = before.filter(|_| ephemeral::any()) {
-            ephemeral::refenced(ctx, &key_name, req.owner, old, hold.fence);
+        let fenced =
+            orchestrate::fence(&mut Server::new(ctx), &key_name, req.owner, req.min_fence)?;
+        if ephemeral::any() {
+            let (from, to) = (fenced.from, fenced.hold.fence);
+            ephemeral::refenced(ctx, &key_name, req.owner, from, to);
         }
-        orchestrate::owner_active(&mut Server::new(ctx), &key_name, req.owner);
-        Ok(integer(hold.fence))
+        Ok(integer(fenced.hold.fence))
     })
 }
 
@@ -239,7 +216,9 @@ pub fn queue(ctx: &Context, input: &Args) -> RedisResult {
 
 /// `LOCK.APPLY key owner count fence [PXAT unix-ms]` → OK, or the short
 /// form of a renewal, `LOCK.APPLY key PXAT unix-ms` (the hold keeps its
-/// owner, count and fence). Internal: how a master's decision reaches
+/// owner, count and fence), a shared lock's whole state (`SHARED limit`
+/// and each holder) or one owner's share (`SHARE limit owner count fence
+/// lease since`, `UNSHARE owner`). Internal: how a master's decision reaches
 /// replicas and the AOF. Refused from clients, so nobody can forge a lock or
 /// a fence with it.
 pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
@@ -249,25 +228,27 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
             return Err(LockError::InternalCommand);
         }
         let key_name = input.key()?;
-        if let Some(lease) = args::parse_apply_lease(argv) {
-            let lease = lease?;
-            LockKey::open(ctx, &key_name, Access::Write).move_lease(lease);
-            ctx.replicate_verbatim();
-            return Ok(RedisValue::SimpleStringStatic("OK"));
-        }
-        if let Some(holds) = args::parse_apply_shared(argv) {
-            let holds = holds?;
-            for holder in holds.holders() {
-                fence::observe(holder.hold.fence);
-            }
-            LockKey::open(ctx, &key_name, Access::Write).store_applied(holds);
-            ctx.replicate_verbatim();
-            return Ok(RedisValue::SimpleStringStatic("OK"));
-        }
-        let req = args::parse_apply(argv)?;
+        let applied = args::parse_applied(argv)?;
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
-        key.store(req.owner, req.count, req.fence, req.expires_at);
-        fence::observe(req.fence);
+        match applied {
+            args::Applied::Lease(lease) => key.move_lease(lease),
+            args::Applied::Share(change) => {
+                if let args::ShareChange::Share(_, holder) = &change {
+                    fence::observe(holder.hold.fence);
+                }
+                key.apply_share(change);
+            }
+            args::Applied::Holds(holds) => {
+                for holder in holds.holders() {
+                    fence::observe(holder.hold.fence);
+                }
+                key.store_applied(holds);
+            }
+            args::Applied::Hold(req) => {
+                key.store(req.owner, req.count, req.fence, req.expires_at);
+                fence::observe(req.fence);
+            }
+        }
         // Module commands are not propagated on their own: a replica writes
         // what it applied to its own AOF this way.
         ctx.replicate_verbatim();

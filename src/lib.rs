@@ -19,9 +19,11 @@
 //! shared lock) is mirrored as the key's TTL and put back if another
 //! command changes it. Every change the master makes goes to replicas and
 //! the AOF as `LOCK.APPLY key owner count fence PXAT ms` (a renewal, whose
-//! lease alone moves, as `LOCK.APPLY key PXAT ms`; a shared lock's whole
-//! state as `LOCK.APPLY key SHARED limit` and each holder's `owner count
-//! fence lease since`), so they store the master's decision instead of
+//! lease alone moves, as `LOCK.APPLY key PXAT ms`; a change to one owner's
+//! share of a shared lock as `LOCK.APPLY key SHARE limit owner count fence
+//! lease since` or `LOCK.APPLY key UNSHARE owner`, and the whole state, in
+//! an AOF rewrite, as `LOCK.APPLY key SHARED limit` and each holder's
+//! `owner count fence lease since`), so they store the master's decision instead of
 //! deciding again (and the fence counter, when an AOF rewrite would lose
 //! it, as `LOCK.LASTFENCE`).
 

@@ -16,7 +16,7 @@ use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::client::{Client as AsyncClient, Semaphore as AsyncSemaphore};
+use crate::client::{Client as AsyncClient, RwLock as AsyncRwLock, Semaphore as AsyncSemaphore};
 use crate::conn::Conn;
 use crate::error::{Error, LossReason};
 use crate::guard::{Guard as AsyncGuard, LossSignal};
@@ -166,6 +166,30 @@ impl Client {
         self.lock(key, opts)
     }
 
+    /// A read-write handle on `key` whose two sides share one owner (see
+    /// [`crate::Client::rw_lock`]).
+    pub fn rw_lock(&self, key: &str) -> RwLock {
+        RwLock {
+            inner: self.inner.rw_lock(key),
+            client: self.clone(),
+        }
+    }
+
+    /// Continues a hold taken elsewhere by its owner token (see
+    /// [`crate::Client::resume`]).
+    pub fn resume(
+        &self,
+        key: &str,
+        owner: &str,
+        fence: Option<u64>,
+        opts: &LockOptions,
+    ) -> Result<Guard, Error> {
+        let guard = self
+            .bg
+            .block_on(self.inner.resume(key, owner, fence, opts))?;
+        Ok(self.wrap(guard))
+    }
+
     /// A counting semaphore of `limit` permits on `key` (see
     /// [`crate::Client::semaphore`]).
     pub fn semaphore(&self, key: &str, limit: u32) -> Result<Semaphore, Error> {
@@ -186,6 +210,39 @@ impl Client {
             inner: guard,
             bg: self.bg.clone(),
         }
+    }
+}
+
+/// A blocking read-write handle; see [`crate::RwLock`].
+#[derive(Clone)]
+pub struct RwLock {
+    inner: AsyncRwLock,
+    client: Client,
+}
+
+impl RwLock {
+    /// The read side, waiting up to the options' wait.
+    pub fn read(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.client.bg.block_on(self.inner.read(opts))?;
+        Ok(self.client.wrap(guard))
+    }
+
+    /// The read side at once, or [`Error::WouldBlock`].
+    pub fn try_read(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.client.bg.block_on(self.inner.try_read(opts))?;
+        Ok(self.client.wrap(guard))
+    }
+
+    /// The write side, waiting; [`Error::Upgrade`] while this handle reads.
+    pub fn write(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.client.bg.block_on(self.inner.write(opts))?;
+        Ok(self.client.wrap(guard))
+    }
+
+    /// The write side at once, [`Error::WouldBlock`], or [`Error::Upgrade`].
+    pub fn try_write(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self.client.bg.block_on(self.inner.try_write(opts))?;
+        Ok(self.client.wrap(guard))
     }
 }
 
@@ -339,6 +396,17 @@ impl Guard {
 
     pub fn renew(&mut self) -> Result<(), Error> {
         self.bg.block_on(self.inner.renew())
+    }
+
+    /// Renews with a new ttl (see [`crate::Guard::renew_for`]).
+    pub fn renew_for(&mut self, ttl: Duration) -> Result<(), Error> {
+        self.bg.block_on(self.inner.renew_for(ttl))
+    }
+
+    /// Stops the watchdog without releasing (see
+    /// [`crate::Guard::stop_renewing`]).
+    pub fn stop_renewing(&mut self) {
+        self.bg.block_on(self.inner.stop_renewing())
     }
 
     pub fn reenter(&mut self) -> Result<u64, Error> {

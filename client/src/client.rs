@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::conn::{self, Conn, Share};
 use crate::error::Error;
-use crate::guard::{Backend, BoxFuture, Context, Guard, Pending};
+use crate::guard::{Backend, BoxFuture, Context, Guard, HandleHolds, Owned, Pending};
 use crate::options::{deadline, LockOptions};
 
 /// How long one reply may take on the shared connection.
@@ -111,7 +111,7 @@ impl Client {
 
     /// Takes the lock if it is free, at once; [`Error::WouldBlock`] if not.
     pub async fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
-        self.try_hold(key, opts, Share::Exclusive).await
+        self.try_hold(key, opts, Share::Exclusive, None).await
     }
 
     /// Takes the lock, waiting for it up to the options' wait (the server
@@ -128,7 +128,7 @@ impl Client {
     /// client renews once before handing out the guard, and counts the lease
     /// from that renew's send time.
     pub async fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
-        self.hold(key, opts, Share::Exclusive).await
+        self.hold(key, opts, Share::Exclusive, None).await
     }
 
     /// The read side of a read-write lock on `key`: held beside other
@@ -136,18 +136,74 @@ impl Client {
     /// [`Client::lock`] does, in the same queue: readers behind a waiting
     /// writer wait behind it. The guard has its own fence and watchdog.
     pub async fn read_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
-        self.hold(key, opts, Share::Read).await
+        self.hold(key, opts, Share::Read, None).await
     }
 
     /// [`Client::read_lock`] at once, or [`Error::WouldBlock`].
     pub async fn try_read_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
-        self.try_hold(key, opts, Share::Read).await
+        self.try_hold(key, opts, Share::Read, None).await
     }
 
     /// The write side of a read-write lock on `key`: an exclusive hold, the
     /// same as [`Client::lock`], granted once every reader's hold has ended.
     pub async fn write_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         self.lock(key, opts).await
+    }
+
+    /// A read-write lock on `key` as one handle: [`RwLock::read`] and
+    /// [`RwLock::write`] take its two sides.
+    pub fn rw_lock(&self, key: &str) -> RwLock {
+        RwLock {
+            client: self.clone(),
+            key: key.to_string(),
+            owner: self.inner.owners.next(),
+            holds: Arc::default(),
+        }
+    }
+
+    /// Continues a hold that another process took, from its owner token
+    /// ([`Guard::owner`]) and, if known, its fence ([`Guard::fence`]): a
+    /// scheduler acquires, a worker renews and releases. The hold is
+    /// renewed at once for the options' ttl, which confirms it and starts
+    /// the lease from this process's clock; without a fence the server is
+    /// asked for it. The guard renews and releases as any other. Not for
+    /// ephemeral holds: they end with the connection that took them.
+    pub async fn resume(
+        &self,
+        key: &str,
+        owner: &str,
+        fence: Option<u64>,
+        opts: &LockOptions,
+    ) -> Result<Guard, Error> {
+        if opts.is_ephemeral() {
+            return Err(Error::InvalidOptions(
+                "an ephemeral hold cannot be resumed: it ends with its connection",
+            ));
+        }
+        let ttl_ms = opts.ttl_ms()?;
+        let sent = Instant::now();
+        self.inner.server.renew(key, owner, ttl_ms).await?;
+        let fence = match fence {
+            Some(fence) => fence,
+            // The hold's own fence: raising it to at least 1 changes nothing.
+            None => {
+                self.inner
+                    .server
+                    .conn
+                    .query(&conn::fence(key, owner, 1))
+                    .await?
+            }
+        };
+        let deadline = deadline(sent, opts.ttl());
+        Ok(self.guard(
+            key,
+            owner.to_string(),
+            fence,
+            opts,
+            ttl_ms,
+            deadline,
+            Owned::Alone,
+        ))
     }
 
     /// A counting semaphore of `limit` permits (1 to 1,000,000) on `key`;
@@ -167,37 +223,128 @@ impl Client {
         })
     }
 
-    async fn try_hold(&self, key: &str, opts: &LockOptions, share: Share) -> Result<Guard, Error> {
+    /// The owner a lock call holds under: a new one, or its read-write
+    /// handle's.
+    fn owner_for(&self, handle: Option<&RwLock>) -> (String, Owned) {
+        match handle {
+            Some(rw) => (rw.owner.clone(), Owned::Shared(rw.holds.clone())),
+            None => (self.inner.owners.next(), Owned::Alone),
+        }
+    }
+
+    async fn try_hold(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        share: Share,
+        handle: Option<&RwLock>,
+    ) -> Result<Guard, Error> {
         let ttl_ms = opts.ttl_ms()?;
-        let owner = self.inner.owners.next();
+        let (owner, owned) = self.owner_for(handle);
         let command = conn::acquire(key, &owner, ttl_ms, share, opts.is_ephemeral(), None);
-        let (sent, fence, bound) = if opts.is_ephemeral() {
-            // The hold is bound to the connection it is granted on: one of
-            // its own, kept for the hold's life.
-            let (mut link, closed) = self.inner.server.conn.bound(None).await?;
-            let sent = Instant::now();
-            let fence: Option<u64> = link.query(&command).await.map_err(Error::from_redis)?;
-            (sent, fence, Some((link, closed)))
-        } else {
-            let sent = Instant::now();
-            (sent, self.inner.server.conn.query(&command).await?, None)
+        // The hold of an ephemeral try is bound to the connection it is
+        // granted on: one of its own, kept for the hold's life.
+        let bound = match opts.is_ephemeral() {
+            true => Some(self.inner.server.conn.bound(None).await?),
+            false => None,
         };
-        let Some(fence) = fence else {
-            return Err(Error::WouldBlock);
+        // Armed from the send until a guard holds the lock: a try dropped
+        // with its reply in flight, or whose reply did not come in time,
+        // gives back what the server may grant after all, on the shared
+        // connection behind the acquire (an ephemeral hold's connection
+        // closes instead, which ends it).
+        let mut pending = Pending::new(self.context(), key, &owner, owned.clone(), opts.ttl());
+        let sent = Instant::now();
+        let (reply, bound) = match bound {
+            Some((mut link, closed)) => {
+                let reply = link.query::<Option<u64>>(&command).await;
+                (reply.map_err(Error::from_redis), Some((link, closed)))
+            }
+            None => (self.inner.server.conn.query(&command).await, None),
         };
-        let mut guard = self.guard(key, owner, fence, opts, ttl_ms, deadline(sent, opts.ttl()));
+        let fence = match reply {
+            Ok(Some(fence)) => fence,
+            Ok(None) => {
+                pending.disarm();
+                return Err(Error::WouldBlock);
+            }
+            Err(err) => {
+                if !may_have_granted(&err) {
+                    pending.disarm();
+                }
+                return Err(err);
+            }
+        };
+        pending.disarm();
+        let deadline = deadline(sent, opts.ttl());
+        let mut guard = self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline, owned);
         if let Some((link, closed)) = bound {
             guard.bind(link, closed);
         }
         Ok(guard)
     }
 
-    /// A hold of `share`, waiting as [`Client::lock`] describes.
-    async fn hold(&self, key: &str, opts: &LockOptions, share: Share) -> Result<Guard, Error> {
+    /// A hold of `share`, waiting as [`Client::lock`] describes. A grant
+    /// whose confirming renew finds the lock gone (`NOTOWNER`: a failover
+    /// between the grant and the renew, a `DEL`) was not a hold: the call
+    /// waits again with what is left of its wait.
+    async fn hold(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        share: Share,
+        handle: Option<&RwLock>,
+    ) -> Result<Guard, Error> {
         let ttl_ms = opts.ttl_ms()?;
-        let wait_ms = opts.wait_ms()?;
-        let owner = self.inner.owners.next();
-        let limit = opts.wait_limit().map(|wait| wait + WAIT_MARGIN);
+        opts.wait_ms()?;
+        let (owner, owned) = self.owner_for(handle);
+        // A wait too long for the clock to add is no limit at all.
+        let until = opts
+            .wait_limit()
+            .and_then(|wait| Instant::now().checked_add(wait));
+        let mut first = true;
+        loop {
+            let left = until.map(|until| until.saturating_duration_since(Instant::now()));
+            if !first && left == Some(Duration::ZERO) {
+                return Err(Error::TimedOut);
+            }
+            first = false;
+            let round = Round {
+                key,
+                opts,
+                share,
+                owner: &owner,
+                owned: &owned,
+                ttl_ms,
+                wait: left,
+            };
+            if let Some(guard) = self.hold_once(round).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// One wait in the server's queue: the guard, or `None` when the grant
+    /// was gone before its confirming renew.
+    async fn hold_once(&self, round: Round<'_>) -> Result<Option<Guard>, Error> {
+        let Round {
+            key,
+            opts,
+            share,
+            owner,
+            owned,
+            ttl_ms,
+            wait,
+        } = round;
+        let wait_ms = match wait {
+            None => 0,
+            // `WAIT 0` means "forever" to the server: a zero wait is 1 ms.
+            // The server takes waits up to 2^40 ms.
+            Some(wait) => u64::try_from(wait.as_millis())
+                .unwrap_or(u64::MAX)
+                .clamp(1, 1 << 40),
+        };
+        let limit = wait.map(|wait| wait.saturating_add(WAIT_MARGIN));
         let (mut link, closed) = if opts.is_ephemeral() {
             let (link, closed) = self.inner.server.conn.bound(limit).await?;
             (link, Some(closed))
@@ -207,11 +354,11 @@ impl Client {
         // Armed until a guard holds the lock: dropping this future, giving
         // up on the server's answer, or failing to confirm a grant releases
         // what may have been granted.
-        let mut pending = Pending::new(self.context(), key, &owner);
+        let mut pending = Pending::new(self.context(), key, owner, owned.clone(), opts.ttl());
         let sent = Instant::now();
         let command = conn::acquire(
             key,
-            &owner,
+            owner,
             ttl_ms,
             share,
             opts.is_ephemeral(),
@@ -227,7 +374,13 @@ impl Client {
                 return Err(Error::TimedOut);
             }
             Err(err) if err.is_timeout() => return Err(Error::TimedOut),
-            Err(err) => return Err(Error::from_redis(err)),
+            Err(err) => {
+                let err = Error::from_redis(err);
+                if !may_have_granted(&err) {
+                    pending.disarm();
+                }
+                return Err(err);
+            }
         };
         let deadline = if sent.elapsed() > opts.ttl() / 3 {
             // The lease ends at least `ttl` after the grant, but the send of
@@ -237,7 +390,15 @@ impl Client {
             // the guard exists: a watchdog started on the stale deadline
             // would declare the lock lost before the renew came back.
             let renewed = Instant::now();
-            self.inner.server.renew(key, &owner, ttl_ms).await?;
+            match self.inner.server.renew(key, owner, ttl_ms).await {
+                Ok(()) => {}
+                Err(Error::NotOwner) => {
+                    // Nothing of ours is there to release.
+                    pending.disarm();
+                    return Ok(None);
+                }
+                Err(err) => return Err(err),
+            }
             deadline(renewed, opts.ttl())
         } else {
             // The grant came between the send and now: the lease runs at
@@ -245,11 +406,19 @@ impl Client {
             deadline(sent, opts.ttl())
         };
         pending.disarm();
-        let mut guard = self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline);
+        let mut guard = self.guard(
+            key,
+            owner.to_string(),
+            fence,
+            opts,
+            ttl_ms,
+            deadline,
+            owned.clone(),
+        );
         if let Some((link, closed)) = bound {
             guard.bind(link, closed);
         }
-        Ok(guard)
+        Ok(Some(guard))
     }
 
     /// Runs `f` under the lock (taken with [`Client::lock`]) and releases it
@@ -269,6 +438,7 @@ impl Client {
         guard.run(f).await
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn guard(
         &self,
         key: &str,
@@ -277,6 +447,7 @@ impl Client {
         opts: &LockOptions,
         ttl_ms: u64,
         deadline: Instant,
+        owned: Owned,
     ) -> Guard {
         Guard::start(
             self.context(),
@@ -287,6 +458,7 @@ impl Client {
             ttl_ms,
             deadline,
             opts.has_watchdog(),
+            owned,
         )
     }
 
@@ -305,6 +477,77 @@ impl Client {
             runtime: tokio::runtime::Handle::current(),
         }
     }
+}
+
+/// A read-write lock on one key as one handle ([`Client::rw_lock`]):
+/// readers share it, a writer holds it alone. Both sides of one handle (and
+/// its clones) hold under one owner, so the writer may take the read side
+/// (a reentry of its hold, granted at once), and a reader asking for the
+/// write side gets [`Error::Upgrade`] at once instead of waiting behind its
+/// own read hold. Each call gives its own [`Guard`]; the handle's last
+/// guard to go gives the owner's holds back.
+#[derive(Clone)]
+pub struct RwLock {
+    client: Client,
+    key: String,
+    owner: String,
+    holds: Arc<HandleHolds>,
+}
+
+impl RwLock {
+    /// The read side, waiting as [`Client::lock`] does.
+    pub async fn read(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client
+            .hold(&self.key, opts, Share::Read, Some(self))
+            .await
+    }
+
+    /// The read side at once, or [`Error::WouldBlock`].
+    pub async fn try_read(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client
+            .try_hold(&self.key, opts, Share::Read, Some(self))
+            .await
+    }
+
+    /// The write side, waiting as [`Client::lock`] does;
+    /// [`Error::Upgrade`] at once while this handle holds the read side.
+    pub async fn write(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client
+            .hold(&self.key, opts, Share::Exclusive, Some(self))
+            .await
+    }
+
+    /// The write side at once, [`Error::WouldBlock`], or [`Error::Upgrade`].
+    pub async fn try_write(&self, opts: &LockOptions) -> Result<Guard, Error> {
+        self.client
+            .try_hold(&self.key, opts, Share::Exclusive, Some(self))
+            .await
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// Whether a failed acquire may have been granted all the same: a reply
+/// lost in transit or given up on may carry a grant; an error reply from
+/// the server never does.
+fn may_have_granted(err: &Error) -> bool {
+    match err {
+        Error::Transport(err) => err.code().is_none(),
+        _ => false,
+    }
+}
+
+/// One round of [`Client::hold`].
+struct Round<'a> {
+    key: &'a str,
+    opts: &'a LockOptions,
+    share: Share,
+    owner: &'a str,
+    owned: &'a Owned,
+    ttl_ms: u64,
+    wait: Option<Duration>,
 }
 
 /// The most permits a semaphore may have (the server's bound).
@@ -336,13 +579,13 @@ impl Semaphore {
     /// (first come, first served); [`Error::TimedOut`] if none came.
     pub async fn acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
         let share = Share::Permit(self.limit);
-        self.client.hold(&self.key, opts, share).await
+        self.client.hold(&self.key, opts, share, None).await
     }
 
     /// Takes a permit at once, or [`Error::WouldBlock`].
     pub async fn try_acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
         let share = Share::Permit(self.limit);
-        self.client.try_hold(&self.key, opts, share).await
+        self.client.try_hold(&self.key, opts, share, None).await
     }
 
     pub fn key(&self) -> &str {
@@ -354,21 +597,33 @@ impl Semaphore {
     }
 }
 
+/// A command on a hold the caller has: `WRONGTYPE` means the key was
+/// overwritten by another type (`SET` over it), so the hold is gone, as
+/// after `NOTOWNER`.
+fn on_hold<T>(reply: Result<T, Error>) -> Result<T, Error> {
+    match reply {
+        Err(Error::Transport(err)) if err.code() == Some("WRONGTYPE") => Err(Error::NotOwner),
+        other => other,
+    }
+}
+
 impl Backend for Server {
     fn renew<'a>(&'a self, key: &'a str, owner: &'a str, ttl_ms: u64) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            self.conn
-                .query::<i64>(&conn::renew(key, owner, ttl_ms))
-                .await
-                .map(|_| ())
+            on_hold(
+                self.conn
+                    .query::<i64>(&conn::renew(key, owner, ttl_ms))
+                    .await,
+            )
+            .map(|_| ())
         })
     }
 
     fn reenter<'a>(&'a self, key: &'a str, owner: &'a str, ttl_ms: u64) -> BoxFuture<'a, u64> {
-        Box::pin(async move { self.conn.query(&conn::reenter(key, owner, ttl_ms)).await })
+        Box::pin(async move { on_hold(self.conn.query(&conn::reenter(key, owner, ttl_ms)).await) })
     }
 
     fn release<'a>(&'a self, key: &'a str, owner: &'a str, all: bool) -> BoxFuture<'a, u64> {
-        Box::pin(async move { self.conn.query(&conn::release(key, owner, all)).await })
+        Box::pin(async move { on_hold(self.conn.query(&conn::release(key, owner, all)).await) })
     }
 }

@@ -27,6 +27,13 @@ pub enum Error {
     /// The server does not know the `LOCK.*` commands: load the module
     /// (`loadmodule /path/to/libredislock.so` or `MODULE LOAD`).
     ModuleMissing,
+    /// A read-write handle holding the read side asked for the write side:
+    /// the server refuses an upgrade at once (two readers upgrading would
+    /// wait on each other for ever). Release the read side first.
+    Upgrade,
+    /// A semaphore asked with another limit than the one in force on its
+    /// key (or than a request already waiting there).
+    LimitMismatch,
     /// Options the client refuses before sending anything (a zero ttl, an
     /// even number of Redlock servers, …).
     InvalidOptions(&'static str),
@@ -40,6 +47,7 @@ pub enum Error {
 
 /// How a held lock was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LossReason {
     /// A renew was answered `-NOTOWNER` (Redlock: by so many servers that
     /// no majority can confirm the lock any more).
@@ -49,7 +57,16 @@ pub enum LossReason {
     Expired,
     /// An ephemeral hold's own connection closed: the server ended the hold.
     Disconnected,
+    /// A release did not complete (cancelled, timed out, a transport
+    /// error): the guard no longer counts the lock as held, and the release
+    /// is retried in the background until it lands or the lease ends.
+    ReleaseUnconfirmed,
 }
+
+/// How the server's refusal of an upgrade begins (after `ERR `).
+const UPGRADE: &str = "the owner holds the lock shared";
+/// How the server's refusal of another semaphore limit begins.
+const LIMIT_MISMATCH: &str = "the lock is shared with another LIMIT";
 
 impl Error {
     /// Sorts a `redis` error into the variants callers act on.
@@ -62,6 +79,10 @@ impl Error {
                     .is_some_and(|d| d.starts_with("unknown command") && d.contains("LOCK.")) =>
             {
                 Error::ModuleMissing
+            }
+            Some("ERR") if err.detail().is_some_and(|d| d.starts_with(UPGRADE)) => Error::Upgrade,
+            Some("ERR") if err.detail().is_some_and(|d| d.starts_with(LIMIT_MISMATCH)) => {
+                Error::LimitMismatch
             }
             _ => Error::Transport(err),
         }
@@ -89,6 +110,18 @@ impl fmt::Display for Error {
                     "the lock was lost: its ephemeral hold's connection closed"
                 )
             }
+            Error::Lost(LossReason::ReleaseUnconfirmed) => write!(
+                f,
+                "the lock was lost: its release did not complete (retried in the background)"
+            ),
+            Error::Upgrade => write!(
+                f,
+                "this owner holds the read side: release it before asking for the write side"
+            ),
+            Error::LimitMismatch => write!(
+                f,
+                "the semaphore is in use with another limit (or a request waiting on it is)"
+            ),
             Error::NoQuorum { granted, needed } => write!(
                 f,
                 "no Redlock majority: {granted} server(s) agreed, {needed} needed"

@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::conn::{Closed, Link};
 use crate::error::{Error, LossReason};
-use crate::options::{deadline, renew_period, retry_period};
+use crate::options::{deadline, renew_period, retry_period, LockOptions};
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
@@ -36,6 +37,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
 /// was lost. Shared by the guard and its watchdog.
 pub(crate) struct Lease {
     deadline: Mutex<Instant>,
+    /// The ttl every renew asks for, as a duration and in whole ms: set at
+    /// the acquire, changed by a renew with a new ttl.
+    ttl: Mutex<(Duration, u64)>,
     /// Wakes the watchdog when a manual renew moved the deadline.
     moved: Notify,
     lost: CancellationToken,
@@ -43,9 +47,10 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(deadline: Instant) -> Lease {
+    pub(crate) fn new(deadline: Instant, ttl: Duration, ttl_ms: u64) -> Lease {
         Lease {
             deadline: Mutex::new(deadline),
+            ttl: Mutex::new((ttl, ttl_ms)),
             moved: Notify::new(),
             lost: CancellationToken::new(),
             reason: Mutex::new(None),
@@ -54,6 +59,23 @@ impl Lease {
 
     fn deadline(&self) -> Instant {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ttl(&self) -> (Duration, u64) {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A renew with a new ttl, sent at `sent`, succeeded: from now on the
+    /// lease is `ttl`, and it runs to `sent + ttl − drift`, even if that is
+    /// sooner than before (a shorter lease asked for).
+    fn reset(&self, sent: Instant, ttl: Duration, ttl_ms: u64) {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = (ttl, ttl_ms);
+        let mut current = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.lost.is_cancelled() {
+            *current = deadline(sent, ttl);
+        }
+        drop(current);
+        self.moved.notify_waiters();
     }
 
     /// A renew sent at `sent` succeeded: the lease runs to `sent + ttl − drift`.
@@ -121,22 +143,99 @@ pub(crate) struct Context {
     pub(crate) runtime: tokio::runtime::Handle,
 }
 
+/// Whose an owner token is: one guard's alone, or shared by the guards of
+/// one read-write handle ([`crate::RwLock`]), whose two sides are one owner
+/// on the server (so the writer's read is a reentry, and a reader's write
+/// is refused as an upgrade).
+#[derive(Clone)]
+pub(crate) enum Owned {
+    /// `LOCK.RELEASE … ALL` ends exactly this guard's holds, and may be
+    /// sent again until it lands.
+    Alone,
+    /// The handle's guards that still have holds are counted: only the
+    /// last one gives the owner's holds back with `ALL`; the others give
+    /// back their own count, one `LOCK.RELEASE` each.
+    Shared(Arc<HandleHolds>),
+}
+
+/// How many guards of one read-write handle have holds.
+#[derive(Default)]
+pub(crate) struct HandleHolds {
+    live: AtomicUsize,
+}
+
+impl HandleHolds {
+    fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+/// What a release sends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum GiveBack {
+    /// `LOCK.RELEASE … ALL`: idempotent, so retried until it lands.
+    All,
+    /// This many plain `LOCK.RELEASE`s: not idempotent, so sent once.
+    Each(u64),
+}
+
+/// Gives holds back in the background path of every kind of release (a
+/// dropped guard, a release that did not complete, a cancelled acquire):
+/// `ALL` is retried after transport errors until it lands, the server
+/// says the owner holds nothing, or `until` passes (the lease has ended
+/// by then).
+async fn give_back(backend: &dyn Backend, key: &str, owner: &str, what: GiveBack, until: Instant) {
+    match what {
+        GiveBack::Each(n) => {
+            for _ in 0..n {
+                if backend.release(key, owner, false).await.is_err() {
+                    return;
+                }
+            }
+        }
+        GiveBack::All => loop {
+            match backend.release(key, owner, true).await {
+                Ok(_) | Err(Error::NotOwner) => return,
+                Err(_) if Instant::now() >= until => return,
+                Err(_) => tokio::time::sleep(RELEASE_RETRY).await,
+            }
+        },
+    }
+}
+
+/// How soon a release that failed in transit is sent again.
+const RELEASE_RETRY: Duration = Duration::from_millis(50);
+
 /// What a lock call may hold before it hands out a [`Guard`]: a grant whose
-/// reply may not have arrived yet, or that is still being confirmed. Dropped
-/// while armed (the call's future was dropped, or the call gave up), it sends
-/// `LOCK.RELEASE … ALL` in the background and never blocks the drop.
+/// reply may not have arrived yet, or that is still being confirmed. Every
+/// acquire path (lock, try, read, write, permit, Redlock) arms one before
+/// it sends. Dropped while armed (the call's future was dropped, or the
+/// call gave up on a reply that may still come), it gives back in the
+/// background what may have been granted, on the connection the acquire
+/// went on (the shared one, after the acquire), and never blocks the drop.
 pub(crate) struct Pending<'a> {
     ctx: Option<Context>,
     key: &'a str,
     owner: &'a str,
+    owned: Owned,
+    /// How long a grant could last: the retries stop then.
+    ttl: Duration,
 }
 
 impl<'a> Pending<'a> {
-    pub(crate) fn new(ctx: Context, key: &'a str, owner: &'a str) -> Pending<'a> {
+    pub(crate) fn new(
+        ctx: Context,
+        key: &'a str,
+        owner: &'a str,
+        owned: Owned,
+        ttl: Duration,
+    ) -> Pending<'a> {
         Pending {
             ctx: Some(ctx),
             key,
             owner,
+            owned,
+            ttl,
         }
     }
 
@@ -152,14 +251,94 @@ impl Drop for Pending<'_> {
         let Some(ctx) = self.ctx.take() else {
             return;
         };
+        let what = match &self.owned {
+            Owned::Alone => GiveBack::All,
+            // Another guard of the handle holds under this owner: a grant
+            // that crossed the cancel is a reentry of its hold, given back
+            // with the handle's last release (`ALL`); releasing now could
+            // take the other guard's hold instead.
+            Owned::Shared(holds) if holds.live() > 0 => return,
+            Owned::Shared(_) => GiveBack::All,
+        };
         let backend = ctx.backend;
         let key = self.key.to_string();
         let owner = self.owner.to_string();
+        let until = Instant::now() + self.ttl;
+        let job = async move { give_back(&*backend, &key, &owner, what, until).await };
+        ctx.tasks.spawn_on(job, &ctx.runtime);
+    }
+}
+
+/// A release on its way. If the call sending it ends before the server
+/// confirms it (dropped, or a transport error), the guard reports the lock
+/// lost (release not confirmed) at once, and the release is sent again in
+/// the background until it lands or the lease ends; the watchdog is
+/// stopped first and an ephemeral hold's connection closed after.
+struct Unconfirmed {
+    job: Option<ReleaseJob>,
+}
+
+struct ReleaseJob {
+    ctx: Context,
+    key: String,
+    owner: String,
+    lease: Arc<Lease>,
+    what: GiveBack,
+    owned: Owned,
+    watchdog: Option<Watchdog>,
+    binding: Option<Watchdog>,
+}
+
+impl ReleaseJob {
+    /// Runs the release in the background; `lose` first marks the lease
+    /// lost (release not confirmed), for a guard the application still has.
+    fn spawn(self, lose: bool) {
+        if lose {
+            self.lease.lose(LossReason::ReleaseUnconfirmed);
+        }
+        let ReleaseJob {
+            ctx,
+            key,
+            owner,
+            lease,
+            what,
+            owned,
+            watchdog,
+            binding,
+        } = self;
+        if let Owned::Shared(holds) = owned {
+            holds.live.fetch_sub(1, Ordering::SeqCst);
+        }
+        let backend = ctx.backend.clone();
         let job = async move {
-            // Best effort: if it fails, the lease ends by itself.
-            let _ = backend.release(&key, &owner, true).await;
+            if let Some(dog) = watchdog {
+                dog.stop.cancel();
+                let _ = dog.task.await;
+            }
+            // The server's lease end is at most the drift past ours.
+            let (ttl, _) = lease.ttl();
+            let until = lease.deadline() + crate::options::drift(ttl);
+            give_back(&*backend, &key, &owner, what, until).await;
+            if let Some(binding) = binding {
+                binding.stop.cancel();
+            }
         };
         ctx.tasks.spawn_on(job, &ctx.runtime);
+    }
+}
+
+impl Unconfirmed {
+    /// Confirmed: what the job held goes back to the guard.
+    fn disarm(mut self) -> Option<ReleaseJob> {
+        self.job.take()
+    }
+}
+
+impl Drop for Unconfirmed {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            job.spawn(true);
+        }
     }
 }
 
@@ -175,13 +354,12 @@ pub struct Guard {
     key: String,
     owner: String,
     fence: u64,
-    ttl: Duration,
-    ttl_ms: u64,
     /// Holds this guard has (1 + reentries − releases); 0: released.
     count: u64,
     lease: Arc<Lease>,
     watchdog: Option<Watchdog>,
     auto_renew: bool,
+    owned: Owned,
     /// An ephemeral hold's connection, kept open by this task, which fires
     /// the loss signal if it closes; stopped (and the connection closed)
     /// once the hold is released.
@@ -221,18 +399,21 @@ impl Guard {
         ttl_ms: u64,
         deadline: Instant,
         auto_renew: bool,
+        owned: Owned,
     ) -> Guard {
+        if let Owned::Shared(holds) = &owned {
+            holds.live.fetch_add(1, Ordering::SeqCst);
+        }
         let mut guard = Guard {
             ctx,
             key,
             owner,
             fence,
-            ttl,
-            ttl_ms,
             count: 1,
-            lease: Arc::new(Lease::new(deadline)),
+            lease: Arc::new(Lease::new(deadline, ttl, ttl_ms)),
             watchdog: None,
             auto_renew,
+            owned,
             binding: None,
         };
         guard.start_watchdog();
@@ -255,13 +436,6 @@ impl Guard {
         };
         let task = self.ctx.tasks.spawn_on(job, &self.ctx.runtime);
         self.binding = Some(Watchdog { stop, task });
-    }
-
-    /// Closes an ephemeral hold's connection, once the hold is released.
-    fn unbind(&mut self) {
-        if let Some(binding) = self.binding.take() {
-            binding.stop.cancel();
-        }
     }
 
     /// The lock's key.
@@ -303,18 +477,15 @@ impl Guard {
         self.lease.lost.is_cancelled()
     }
 
-    /// Renews the lease now (the watchdog does it on its own).
+    /// Renews the lease now, for the ttl it was taken with (the watchdog
+    /// does it on its own).
     pub async fn renew(&mut self) -> Result<(), Error> {
         self.held()?;
+        let (ttl, ttl_ms) = self.lease.ttl();
         let sent = Instant::now();
-        match self
-            .ctx
-            .backend
-            .renew(&self.key, &self.owner, self.ttl_ms)
-            .await
-        {
+        match self.ctx.backend.renew(&self.key, &self.owner, ttl_ms).await {
             Ok(()) => {
-                self.lease.extend(sent, self.ttl);
+                self.lease.extend(sent, ttl);
                 Ok(())
             }
             Err(Error::NotOwner) => {
@@ -325,17 +496,54 @@ impl Guard {
         }
     }
 
+    /// Renews the lease with a new ttl: the lease becomes `ttl` from now
+    /// (longer or shorter than before), and the watchdog renews for `ttl`
+    /// from then on, every third of it.
+    pub async fn renew_for(&mut self, ttl: Duration) -> Result<(), Error> {
+        self.held()?;
+        let ttl_ms = LockOptions::new(ttl).ttl_ms()?;
+        let sent = Instant::now();
+        match self.ctx.backend.renew(&self.key, &self.owner, ttl_ms).await {
+            Ok(()) => {
+                self.lease.reset(sent, ttl, ttl_ms);
+                Ok(())
+            }
+            Err(Error::NotOwner) => {
+                self.lease.lose(LossReason::NotOwner);
+                Err(Error::NotOwner)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Stops the watchdog without releasing: the hold stays until its lease
+    /// ends (or a [`Guard::renew`] extends it), and the loss signal still
+    /// fires at the local deadline. Returns once the watchdog has stopped,
+    /// so no renew is sent after it.
+    pub async fn stop_renewing(&mut self) {
+        if !self.auto_renew {
+            return;
+        }
+        self.auto_renew = false;
+        self.stop_watchdog().await;
+        if self.count > 0 {
+            // Still watched: the deadline still passes without renewals.
+            self.start_watchdog();
+        }
+    }
+
     /// Takes the lock once more (reentry): count + 1, lease reset. Each
     /// reentry needs its own [`Guard::release`].
     pub async fn reenter(&mut self) -> Result<u64, Error> {
         self.held()?;
+        let (ttl, ttl_ms) = self.lease.ttl();
         let sent = Instant::now();
         let count = self
             .ctx
             .backend
-            .reenter(&self.key, &self.owner, self.ttl_ms)
+            .reenter(&self.key, &self.owner, ttl_ms)
             .await?;
-        self.lease.extend(sent, self.ttl);
+        self.lease.extend(sent, ttl);
         self.count = count;
         Ok(count)
     }
@@ -343,53 +551,129 @@ impl Guard {
     /// Releases one hold; returns how many are left (0: the lock is free).
     /// Before the last hold goes, the watchdog is stopped and awaited, so
     /// no renew is sent after the release.
+    ///
+    /// A release that does not complete (this future dropped, a timeout, a
+    /// transport error) leaves the guard holding nothing: it reports the
+    /// lock lost ([`LossReason::ReleaseUnconfirmed`]) and the release is
+    /// sent again in the background until it lands or the lease ends.
     pub async fn release(&mut self) -> Result<u64, Error> {
         self.held()?;
-        let last = self.count <= 1;
-        if last {
-            self.stop_watchdog().await;
+        self.hand_back(false).await
+    }
+
+    /// Releases every hold now, whatever the count; cancelled or failed in
+    /// transit, it goes on in the background as [`Guard::release`] does.
+    pub async fn release_all(mut self) -> Result<(), Error> {
+        self.held()?;
+        self.hand_back(true).await.map(|_| ())
+    }
+
+    /// Whether this guard's holds are the last of its owner's: then `ALL`
+    /// gives them back; otherwise (another guard of the same read-write
+    /// handle holds too) its own count does.
+    fn give_back_all(&self) -> GiveBack {
+        match &self.owned {
+            Owned::Shared(holds) if holds.live() > 1 => GiveBack::Each(self.count),
+            _ => GiveBack::All,
         }
-        let reply = self
-            .ctx
-            .backend
-            .release(&self.key, &self.owner, false)
-            .await;
-        if !matches!(reply, Ok(left) if left > 0) {
-            self.unbind();
+    }
+
+    /// The one release path: every hold (`all`) or one.
+    async fn hand_back(&mut self, all: bool) -> Result<u64, Error> {
+        let finishing = all || self.count <= 1;
+        let every = self.give_back_all();
+        let what = if finishing { every } else { GiveBack::Each(1) };
+        // From here the guard counts nothing as held until the server
+        // confirms what is left; a release that does not finish (this
+        // future dropped, even while the watchdog stops) keeps it so.
+        let count = std::mem::take(&mut self.count);
+        let mut pending = Unconfirmed {
+            job: Some(ReleaseJob {
+                ctx: self.ctx.clone(),
+                key: self.key.clone(),
+                owner: self.owner.clone(),
+                lease: self.lease.clone(),
+                // Unconfirmed, the guard is done: every hold goes back.
+                what: every,
+                owned: self.owned.clone(),
+                // The retry stops the watchdog itself if it still runs.
+                watchdog: self.watchdog.take(),
+                binding: if finishing { self.binding.take() } else { None },
+            }),
+        };
+        if finishing {
+            // No renew may follow the release: stop the watchdog, and wait
+            // until it has stopped, before sending.
+            if let Some(dog) = pending.job.as_mut().and_then(|job| job.watchdog.take()) {
+                dog.stop.cancel();
+                let _ = dog.task.await;
+            }
+        }
+        let reply = match what {
+            GiveBack::All => self.ctx.backend.release(&self.key, &self.owner, true).await,
+            GiveBack::Each(n) => {
+                let mut left = Ok(0);
+                for _ in 0..n {
+                    left = self
+                        .ctx
+                        .backend
+                        .release(&self.key, &self.owner, false)
+                        .await;
+                    if left.is_err() {
+                        break;
+                    }
+                }
+                left
+            }
+        };
+        let reply = match reply {
+            // Transport trouble: the release may or may not have landed.
+            Err(err) if !matches!(err, Error::NotOwner) => return Err(err),
+            other => other,
+        };
+        let Some(job) = pending.disarm() else {
+            return reply;
+        };
+        self.watchdog = job.watchdog;
+        let left = match (&self.owned, &reply) {
+            // Only this guard's count is ours to keep; the server's count
+            // includes the handle's other guards.
+            (Owned::Shared(_), Ok(_)) if !finishing => count - 1,
+            (Owned::Alone, Ok(left)) => *left,
+            _ => 0,
+        };
+        self.count = left;
+        if left > 0 {
+            self.binding = self.binding.take().or(job.binding);
+            if self.watchdog.is_none() {
+                // More holds than we counted (a retried command): keep
+                // renewing them.
+                self.start_watchdog();
+            }
+        } else {
+            if let Some(binding) = job.binding {
+                binding.stop.cancel();
+            }
+            self.stop_watchdog().await;
+            self.handle_done();
         }
         match reply {
-            Ok(left) => {
-                self.count = left;
-                if left > 0 && self.watchdog.is_none() {
-                    // More holds than we counted (a retried command): keep
-                    // renewing them.
-                    self.start_watchdog();
-                }
-                Ok(left)
-            }
+            Ok(_) => Ok(left),
             Err(err) => {
-                // NOTOWNER: nothing left to hold. Anything else: the lease
-                // ends by itself; we stop renewing it either way.
-                self.stop_watchdog().await;
-                self.count = 0;
+                // The server no longer lists this owner: the hold was lost
+                // before the release came.
+                self.lease.lose(LossReason::NotOwner);
                 Err(err)
             }
         }
     }
 
-    /// Releases every hold now, whatever the count.
-    pub async fn release_all(mut self) -> Result<(), Error> {
-        self.held()?;
-        self.stop_watchdog().await;
-        self.count = 0;
-        let released = self
-            .ctx
-            .backend
-            .release(&self.key, &self.owner, true)
-            .await
-            .map(|_| ());
-        self.unbind();
-        released
+    /// This guard has no holds any more: a read-write handle counts one
+    /// guard less.
+    fn handle_done(&self) {
+        if let Owned::Shared(holds) = &self.owned {
+            holds.live.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     fn held(&self) -> Result<(), Error> {
@@ -405,8 +689,6 @@ impl Guard {
             self.ctx.backend.clone(),
             self.key.clone(),
             self.owner.clone(),
-            self.ttl,
-            self.ttl_ms,
             self.lease.clone(),
             stop.clone(),
             self.auto_renew,
@@ -437,31 +719,33 @@ impl std::fmt::Debug for Guard {
 
 impl Drop for Guard {
     /// Releases in the background: stops the watchdog, waits for it to end,
-    /// then sends `LOCK.RELEASE … ALL`. Never blocks the dropping thread.
+    /// then gives the holds back (retried until it lands or the lease
+    /// ends), then closes an ephemeral hold's connection. Never blocks the
+    /// dropping thread.
     fn drop(&mut self) {
-        let dog = self.watchdog.take();
-        if let Some(dog) = &dog {
-            dog.stop.cancel();
-        }
-        let binding = self.binding.take();
         if self.count == 0 {
+            if let Some(dog) = self.watchdog.take() {
+                dog.stop.cancel();
+            }
             return;
         }
-        let backend = self.ctx.backend.clone();
-        let key = std::mem::take(&mut self.key);
-        let owner = std::mem::take(&mut self.owner);
-        let job = async move {
-            if let Some(dog) = dog {
-                let _ = dog.task.await;
-            }
-            // Best effort: if it fails, the lease ends by itself (and an
-            // ephemeral hold with its connection, closed just after).
-            let _ = backend.release(&key, &owner, true).await;
-            if let Some(binding) = binding {
-                binding.stop.cancel();
-            }
+        let what = match &self.owned {
+            // A lost hold of a shared owner is gone; what the owner holds
+            // now belongs to the handle's other guards.
+            Owned::Shared(_) if self.is_lost() => GiveBack::Each(0),
+            _ => self.give_back_all(),
         };
-        self.ctx.tasks.spawn_on(job, &self.ctx.runtime);
+        let job = ReleaseJob {
+            ctx: self.ctx.clone(),
+            key: std::mem::take(&mut self.key),
+            owner: std::mem::take(&mut self.owner),
+            lease: self.lease.clone(),
+            what,
+            owned: self.owned.clone(),
+            watchdog: self.watchdog.take(),
+            binding: self.binding.take(),
+        };
+        job.spawn(false);
     }
 }
 
@@ -474,14 +758,14 @@ async fn watch(
     backend: Arc<dyn Backend>,
     key: String,
     owner: String,
-    ttl: Duration,
-    ttl_ms: u64,
     lease: Arc<Lease>,
     stop: CancellationToken,
     auto_renew: bool,
 ) {
-    let mut next_renew = Instant::now() + renew_period(ttl);
+    let mut next_renew = Instant::now() + renew_period(lease.ttl().0);
     loop {
+        // A renew with a new ttl changes it between two rounds.
+        let (ttl, ttl_ms) = lease.ttl();
         let deadline = lease.deadline();
         let wake = if auto_renew {
             next_renew.min(deadline)
@@ -491,7 +775,14 @@ async fn watch(
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            () = lease.moved.notified() => continue,
+            // Lost some other way (a refused release, the connection of an
+            // ephemeral hold): nothing left to watch.
+            () = lease.lost.cancelled() => return,
+            () = lease.moved.notified() => {
+                // A shorter ttl may have come: renew within a third of it.
+                next_renew = next_renew.min(Instant::now() + renew_period(lease.ttl().0));
+                continue;
+            }
             () = sleep_until(wake) => {}
         }
         if Instant::now() >= lease.deadline() {

@@ -39,7 +39,7 @@ mod guard;
 mod options;
 mod redlock;
 
-pub use client::{Client, Semaphore};
+pub use client::{Client, RwLock, Semaphore};
 pub use error::{Error, LossReason};
 pub use guard::{Guard, LossSignal};
 pub use options::{drift, LockOptions};

@@ -58,7 +58,7 @@ use tokio_util::task::TaskTracker;
 use crate::client::Owners;
 use crate::conn::{self, Conn, Share};
 use crate::error::Error;
-use crate::guard::{Backend, BoxFuture, Context, Guard, Pending};
+use crate::guard::{Backend, BoxFuture, Context, Guard, Owned, Pending};
 use crate::options::{deadline, LockOptions};
 
 /// Options of a [`Redlock`].
@@ -162,12 +162,13 @@ impl Redlock {
     /// background, grants still in flight included.
     pub async fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         let ttl_ms = opts.ttl_ms()?;
+        refuse_ephemeral(opts)?;
         let owner = self.inner.owners.next();
         let servers = &self.inner.servers;
         // Armed until a guard holds the lock or the round has released.
         // Each server's release goes on the link its acquire went on, after
         // it, so it also undoes a grant whose reply had not come back yet.
-        let mut pending = Pending::new(self.context(), key, &owner);
+        let mut pending = Pending::new(self.context(), key, &owner, Owned::Alone, opts.ttl());
         let round = servers.acquire_round(key, &owner, opts.ttl(), ttl_ms).await;
         match round {
             Ok((fence, deadline)) => {
@@ -186,6 +187,7 @@ impl Redlock {
     /// ([`Error::TimedOut`]); a random delay between rounds. Cancelling it
     /// releases as [`Redlock::try_lock`] does.
     pub async fn lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
+        refuse_ephemeral(opts)?;
         let until = opts.wait_limit().map(|wait| Instant::now() + wait);
         loop {
             match self.try_lock(key, opts).await {
@@ -240,6 +242,7 @@ impl Redlock {
             ttl_ms,
             deadline,
             opts.has_watchdog(),
+            Owned::Alone,
         )
     }
 
@@ -257,6 +260,18 @@ impl Redlock {
     pub fn background_tasks(&self) -> usize {
         self.inner.tasks.len()
     }
+}
+
+/// Redlock holds on several servers; an ephemeral hold is bound to one
+/// connection, and a hold that ends whenever one of N connections drops is
+/// not one Redlock can keep: refused, never silently an ordinary hold.
+fn refuse_ephemeral(opts: &LockOptions) -> Result<(), Error> {
+    if opts.is_ephemeral() {
+        return Err(Error::InvalidOptions(
+            "Redlock does not take ephemeral holds: use a client of one server",
+        ));
+    }
+    Ok(())
 }
 
 impl Servers {

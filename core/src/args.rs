@@ -198,7 +198,7 @@ pub fn parse_info<A: AsRef<[u8]>>(args: &[A]) -> Result<(), LockError> {
     }
 }
 
-pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockError> {
+fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockError> {
     let [_, _, owner, count, fence, rest @ ..] = args else {
         return Err(LockError::WrongArity);
     };
@@ -220,11 +220,42 @@ pub fn parse_apply<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Apply<'a>, LockE
     })
 }
 
+/// What a `LOCK.APPLY` (internal: replication and AOF) carries, in one of
+/// its forms, read by [`parse_applied`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied<'a> {
+    /// `key owner count fence [PXAT unix-ms]`: an exclusive hold.
+    Hold(Apply<'a>),
+    /// `key PXAT unix-ms`: a renewal, the lease alone.
+    Lease(u64),
+    /// `key SHARED limit owner count fence lease since …`: a shared lock's
+    /// whole state (an AOF rewrite).
+    Holds(crate::holds::Holds),
+    /// `key SHARE …` / `key UNSHARE owner`: one owner's share.
+    Share(ShareChange<'a>),
+}
+
+/// `LOCK.APPLY` in any of its forms ([`Applied`]): the one parser the
+/// command calls. The forms differ by their word after the key and their
+/// number of arguments, so exactly one of them reads a given line.
+pub fn parse_applied<'a, A: AsRef<[u8]>>(args: &'a [A]) -> Result<Applied<'a>, LockError> {
+    if let Some(lease) = parse_apply_lease(args) {
+        return lease.map(Applied::Lease);
+    }
+    if let Some(change) = parse_apply_share(args) {
+        return change.map(Applied::Share);
+    }
+    if let Some(holds) = parse_apply_shared(args) {
+        return holds.map(Applied::Holds);
+    }
+    parse_apply(args).map(Applied::Hold)
+}
+
 /// The short form `LOCK.APPLY key PXAT unix-ms` (internal: a renewal): the
 /// hold in `key` keeps its owner, count and fence, and its lease moves to
 /// `unix-ms`. `None` for any other shape, which [`parse_apply`] reads (the
 /// full form has at least four arguments after the name, this one three).
-pub fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockError>> {
+fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockError>> {
     let [_, _, word, at] = args else {
         return None;
     };
@@ -243,7 +274,7 @@ pub fn parse_apply_lease<A: AsRef<[u8]>>(args: &[A]) -> Option<Result<u64, LockE
 /// the whole state of a lock held shared, oldest hold first; `limit` 0 for
 /// none. `None` for any other shape (the other forms have at most five
 /// arguments after the key, this one at least seven).
-pub fn parse_apply_shared<A: AsRef<[u8]>>(
+fn parse_apply_shared<A: AsRef<[u8]>>(
     args: &[A],
 ) -> Option<Result<crate::holds::Holds, LockError>> {
     let [_, _, word, limit, holders @ ..] = args else {
@@ -282,6 +313,59 @@ pub fn parse_apply_shared<A: AsRef<[u8]>>(
         ))
     };
     Some(parse())
+}
+
+/// A change to one owner's share of a lock held shared, as a master sends
+/// it (internal: replication and AOF).
+#[derive(Debug, PartialEq, Eq)]
+pub enum ShareChange<'a> {
+    /// `LOCK.APPLY key SHARE limit owner count fence lease since`: the
+    /// owner's hold now (a fresh one, or one reentered, renewed, released
+    /// to above zero, fenced); `limit` 0 for none. A lock that is free or
+    /// held exclusively there becomes this one share.
+    Share(Mode, crate::holds::Holder),
+    /// `LOCK.APPLY key UNSHARE owner`: the owner's hold ended (released to
+    /// zero, its lease, taken back); the key goes with its last hold.
+    Unshare(&'a [u8]),
+}
+
+/// The per-owner forms of `LOCK.APPLY` ([`ShareChange`]). `None` for any
+/// other shape: the full forms have a different word or number of
+/// arguments (an owner form has five or seven arguments, the shared state
+/// nine or more with `SHARED`, the renewal four with `PXAT`).
+fn parse_apply_share<'a, A: AsRef<[u8]>>(
+    args: &'a [A],
+) -> Option<Result<ShareChange<'a>, LockError>> {
+    match args {
+        [_, _, word, owner] if is_word(word, "UNSHARE") => {
+            Some(parse_owner(owner).map(ShareChange::Unshare))
+        }
+        [_, _, word, limit, owner, count, fence, lease, since] if is_word(word, "SHARE") => {
+            let positive = |arg: &A| {
+                parse_int(arg)
+                    .filter(|&n| n >= 1)
+                    .ok_or(LockError::BadNumber)
+            };
+            let parse = || {
+                let limit = parse_int(limit)
+                    .filter(|&n| n <= MAX_LIMIT)
+                    .ok_or(LockError::BadNumber)?;
+                let holder = crate::holds::Holder {
+                    owner: parse_owner(owner)?.to_vec(),
+                    hold: crate::lock::Hold {
+                        count: positive(count)?,
+                        fence: positive(fence)?,
+                        expires_at: positive(lease)?,
+                    },
+                    since: parse_int(since).ok_or(LockError::BadNumber)?,
+                };
+                let limit = u32::try_from(limit).ok().filter(|&n| n > 0);
+                Ok(ShareChange::Share(Mode::Shared { limit }, holder))
+            };
+            Some(parse())
+        }
+        _ => None,
+    }
 }
 
 /// `LOCK.LASTFENCE fence` (internal: the AOF after a rewrite, replication)
@@ -495,7 +579,6 @@ mod tests {
         assert_eq!(holds.mode(), Mode::Shared { limit: Some(3) });
         let got: Vec<_> = holds
             .holders()
-            .iter()
             .map(|h| {
                 (
                     h.owner.clone(),
@@ -739,6 +822,73 @@ mod tests {
         assert_eq!(parse_info(&v("x")), Err(WrongArity));
         assert_eq!(parse_info(&v("x k")), Ok(()));
         assert_eq!(parse_info(&v("x k extra")), Err(Syntax));
+    }
+
+    #[test]
+    fn apply_reads_the_per_owner_forms_and_leaves_the_others_alone() {
+        let argv = v("x k SHARE 3 o 2 99 1234 1000");
+        let share = parse_apply_share(&argv);
+        let Some(Ok(ShareChange::Share(mode, holder))) = share else {
+            panic!("{share:?}");
+        };
+        assert_eq!(mode, Mode::Shared { limit: Some(3) });
+        assert_eq!(
+            (
+                holder.owner.as_slice(),
+                holder.hold.count,
+                holder.hold.fence
+            ),
+            (&b"o"[..], 2, 99)
+        );
+        assert_eq!((holder.hold.expires_at, holder.since), (1234, 1000));
+        assert!(matches!(
+            parse_apply_share(&v("x k share 0 o 1 1 1 0")),
+            Some(Ok(ShareChange::Share(Mode::Shared { limit: None }, _)))
+        ));
+        let argv = v("x k UNSHARE o");
+        assert_eq!(
+            parse_apply_share(&argv),
+            Some(Ok(ShareChange::Unshare(b"o")))
+        );
+        for bad in [
+            "x k SHARE 3 o 0 99 1234 1000",
+            "x k SHARE 2000000 o 1 1 1 1",
+        ] {
+            assert_eq!(parse_apply_share(&v(bad)), Some(Err(BadNumber)), "{bad}");
+        }
+        for other in [
+            "x k PXAT 1234",
+            "x k o 2 99",
+            "x k o 2 99 PXAT 1",
+            "x k SHARED 0 o 1 1 1 1",
+        ] {
+            assert_eq!(parse_apply_share(&v(other)), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn one_parser_reads_every_form_of_apply() {
+        let forms = [
+            ("x k o 2 99 PXAT 1234", "hold"),
+            ("x k o 2 99", "hold"),
+            ("x k PXAT 1234", "lease"),
+            ("x k SHARED 0 o 1 5 1234 1000", "holds"),
+            ("x k SHARE 0 o 1 5 1234 1000", "share"),
+            ("x k UNSHARE o", "share"),
+        ];
+        for (line, want) in forms {
+            let argv = v(line);
+            let got = match parse_applied(&argv) {
+                Ok(Applied::Hold(_)) => "hold",
+                Ok(Applied::Lease(_)) => "lease",
+                Ok(Applied::Holds(_)) => "holds",
+                Ok(Applied::Share(_)) => "share",
+                Err(e) => panic!("{line}: {e:?}"),
+            };
+            assert_eq!(got, want, "{line}");
+        }
+        assert_eq!(parse_applied(&v("x k o")), Err(WrongArity));
+        assert_eq!(parse_applied(&v("x k o 2 99 PX 5")), Err(Syntax));
     }
 
     #[test]

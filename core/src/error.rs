@@ -28,6 +28,11 @@ pub enum LockError {
     BadNumber,
     /// The owner is empty or longer than [`crate::limits::MAX_OWNER_LEN`].
     BadOwner,
+    /// `EPHEMERAL` inside a Lua script or a function: the server does not
+    /// tell a module which client called the script, so there is no
+    /// connection to bind the hold to (and a silent ordinary hold would
+    /// break the caller's expectation).
+    EphemeralInScript,
     /// The key holds a value of another type.
     WrongType,
     /// A shared request whose limit (or lack of one) differs from the
@@ -66,6 +71,9 @@ impl LockError {
             LockError::BadFence => FENCE_MESSAGE,
             LockError::BadNumber => "ERR value is not an integer or out of range",
             LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",
+            LockError::EphemeralInScript => {
+                "ERR EPHEMERAL is not allowed inside a script or a function: the server does not tell the module which client called it, so no connection can be bound to the hold"
+            }
             LockError::WrongType => {
                 "WRONGTYPE Operation against a key holding the wrong kind of value"
             }

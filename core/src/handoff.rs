@@ -129,8 +129,9 @@ pub struct InFlight {
 /// What [`Engine::gone`] found for a client that left.
 #[derive(Debug)]
 pub enum Gone<H> {
-    /// It was waiting: here is its handle, to answer (or release) once.
-    Waiting(Waiter<H>),
+    /// It was waiting: here is its handle, to answer (or release) once,
+    /// and the lock to serve again if its leaving may let others in.
+    Waiting(Waiter<H>, Option<LockName>),
     /// It had been granted the lock but never got the reply: the grant is
     /// queued for the pump to take back, which the caller runs at once.
     Revoke,
@@ -170,6 +171,11 @@ pub struct Engine<H> {
     /// check that finds nobody waiting costs nothing).
     lease_checks: NameMap<u64>,
     in_flight: IdMap<InFlight>,
+    /// Per lock, the mode of the shared requests waiting on it and how many
+    /// wait (a lock's shared requests share one limit): a new shared
+    /// request is checked against it without walking the queue. Follows
+    /// from `queues`, so it takes no part in hashing.
+    shared_waiting: NameMap<(Mode, usize)>,
 }
 
 impl<H> Default for Engine<H> {
@@ -183,6 +189,7 @@ impl<H> Default for Engine<H> {
             retry_armed: false,
             lease_checks: NameMap::default(),
             in_flight: IdMap::default(),
+            shared_waiting: NameMap::default(),
         }
     }
 }
@@ -248,26 +255,29 @@ impl<H> Engine<H> {
 
     /// Whether a shared request waits on `name`.
     pub fn any_shared_waiting(&self, name: &LockName) -> bool {
-        self.waiting_shared_mode(name).is_some()
+        self.shared_waiting.contains_key(name)
     }
 
-    /// The mode of the first shared request waiting on `name`, if any.
+    /// The mode of the shared requests waiting on `name`, if any. O(1).
     pub fn waiting_shared_mode(&self, name: &LockName) -> Option<Mode> {
-        self.queues
-            .iter(name)
-            .map(|(_, w)| w.mode)
-            .find(|mode| *mode != Mode::Exclusive)
+        self.shared_waiting.get(name).map(|&(mode, _)| mode)
     }
 
-    /// The requests waiting on `name`, oldest first, as the shared rule
-    /// reads them: (id, owner, mode, ttl capped at `lease_cap`).
+    /// Up to `take` of the requests waiting on `name`, from the `skip`th in
+    /// line on, as the shared rule reads them: (id, owner, mode, ttl capped
+    /// at `lease_cap`). The rule reads only the prefix it grants, so the
+    /// caller asks for more only while every one it was given was granted.
     pub fn requests(
         &self,
         name: &LockName,
         lease_cap: Option<u64>,
+        skip: usize,
+        take: usize,
     ) -> Vec<(u64, Vec<u8>, Mode, u64)> {
         self.queues
             .iter(name)
+            .skip(skip)
+            .take(take)
             .map(|(id, w)| {
                 let ttl = lease_cap.map_or(w.ttl_ms, |cap| w.ttl_ms.min(cap));
                 (id, w.owner.clone(), w.mode, ttl)
@@ -315,6 +325,13 @@ impl<H> Engine<H> {
         // waiter can be handed back.
         if self.queues.contains(id) {
             return Err(waiter);
+        }
+        if let Mode::Shared { .. } = waiter.mode {
+            let entry = self
+                .shared_waiting
+                .entry(name.clone())
+                .or_insert((waiter.mode, 0));
+            entry.1 += 1;
         }
         self.queues.push(name.clone(), id, waiter);
         Ok(holder_until.and_then(|at| self.arm_lease_check(name, at, now)))
@@ -431,6 +448,7 @@ impl<H> Engine<H> {
         let Some((id, waiter)) = self.queues.pop(name) else {
             return Serve::Wait(None);
         };
+        self.no_longer_waits(name, waiter.mode);
         let ttl_ms = lease_cap.map_or(waiter.ttl_ms, |cap| waiter.ttl_ms.min(cap));
         let until = now.saturating_add(ttl_ms);
         let then = if self.queues.has_waiters(name) {
@@ -472,17 +490,28 @@ impl<H> Engine<H> {
     }
 
     /// Client `id` stops waiting at its deadline or by `CLIENT UNBLOCK`:
-    /// its waiter, if it still waits.
-    pub fn leave(&mut self, id: u64) -> Option<Waiter<H>> {
-        let (_, waiter) = self.queues.remove(id)?;
+    /// its waiter, if it still waits, and the lock to serve again if it
+    /// was first in line with others behind it (a reader that waited only
+    /// behind a writer who leaves may join the readers holding the lock).
+    pub fn leave(&mut self, id: u64) -> Option<(Waiter<H>, Option<LockName>)> {
+        let (name, waiter, was_head) = self.queues.remove_noting_head(id)?;
+        self.no_longer_waits(&name, waiter.mode);
+        Some((waiter, was_head.then_some(name)))
+    }
+
+    /// Client `id`, just granted by the shared rule, leaves its queue: its
+    /// waiter, to answer.
+    pub fn take(&mut self, id: u64) -> Option<Waiter<H>> {
+        let (name, waiter) = self.queues.remove(id)?;
+        self.no_longer_waits(&name, waiter.mode);
         Some(waiter)
     }
 
     /// Client `id` disconnected (or was unblocked with an error): it leaves
     /// the queue, or the grant it never heard of is taken back.
     pub fn gone(&mut self, id: u64) -> Gone<H> {
-        if let Some(waiter) = self.leave(id) {
-            return Gone::Waiting(waiter);
+        if let Some((waiter, serve)) = self.leave(id) {
+            return Gone::Waiting(waiter, serve);
         }
         match self.in_flight.remove(&id) {
             Some(grant) => {
@@ -500,7 +529,21 @@ impl<H> Engine<H> {
         while let Some(entry) = self.queues.pop(name) {
             out.push(entry);
         }
+        self.shared_waiting.remove(name);
         out
+    }
+
+    /// A request of `mode` no longer waits on `name`.
+    fn no_longer_waits(&mut self, name: &LockName, mode: Mode) {
+        if mode == Mode::Exclusive {
+            return;
+        }
+        if let Some(entry) = self.shared_waiting.get_mut(name) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                self.shared_waiting.remove(name);
+            }
+        }
     }
 
     // --- timers ----------------------------------------------------------
@@ -899,11 +942,68 @@ mod tests {
     }
 
     #[test]
+    fn only_the_head_leaving_with_others_behind_asks_to_serve_again() {
+        let mut e = Engine::default();
+        for id in [1, 2, 3, 4] {
+            park(&mut e, "k", id);
+        }
+        let again = |left: Option<(Waiter<Handle>, Option<LockName>)>| left.and_then(|(_, n)| n);
+        // From the middle: the head still blocks everyone behind it.
+        assert_eq!(again(e.leave(3)), None);
+        // The head, with others behind: they may be let in now.
+        assert_eq!(again(e.leave(1)), Some(name("k")));
+        // The new head (past 3's tombstone there is still 4).
+        assert_eq!(again(e.leave(2)), Some(name("k")));
+        // The last one: nobody behind it.
+        assert_eq!(again(e.leave(4)), None);
+        assert!(!e.has_waiters(&name("k")));
+    }
+
+    #[test]
+    fn the_shared_mode_waiting_is_known_without_walking_the_queue() {
+        let mut e = Engine::default();
+        let sem = Mode::Shared { limit: Some(3) };
+        let shared = |id| Waiter {
+            mode: sem,
+            ..waiter(id)
+        };
+        park(&mut e, "k", 1);
+        assert_eq!(e.waiting_shared_mode(&name("k")), None);
+        assert!(e.park(name("k"), 2, shared(2), None, NOW).is_ok());
+        assert!(e.park(name("k"), 3, shared(3), None, NOW).is_ok());
+        assert_eq!(e.waiting_shared_mode(&name("k")), Some(sem));
+        assert!(e.leave(2).is_some());
+        assert!(e.any_shared_waiting(&name("k")));
+        assert!(e.take(3).is_some());
+        assert!(!e.any_shared_waiting(&name("k")));
+        assert!(e.park(name("k"), 4, shared(4), None, NOW).is_ok());
+        assert_eq!(e.drain(&name("k")).len(), 2);
+        assert_eq!(e.waiting_shared_mode(&name("k")), None);
+    }
+
+    #[test]
+    fn requests_are_read_a_slice_at_a_time() {
+        let mut e = Engine::default();
+        for id in 1..=5 {
+            park(&mut e, "k", id);
+        }
+        let ids = |e: &Engine<Handle>, skip, take| -> Vec<u64> {
+            e.requests(&name("k"), None, skip, take)
+                .into_iter()
+                .map(|r| r.0)
+                .collect()
+        };
+        assert_eq!(ids(&e, 0, 2), [1, 2]);
+        assert_eq!(ids(&e, 2, 2), [3, 4]);
+        assert_eq!(ids(&e, 4, 2), [5]);
+    }
+
+    #[test]
     fn a_client_that_left_is_never_granted_and_answered_once() {
         let mut e = Engine::default();
         park(&mut e, "k", 1);
         park(&mut e, "k", 2);
-        assert_eq!(e.leave(1).map(|w| w.handle), Some(Handle(1)));
+        assert_eq!(e.leave(1).map(|(w, _)| w.handle), Some(Handle(1)));
         assert!(e.leave(1).is_none());
         assert!(matches!(e.gone(1), Gone::Unknown));
         assert_eq!(

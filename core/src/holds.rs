@@ -8,6 +8,8 @@
 //! only at the holds still live at `now_ms`; [`Holds::drop_ended`] removes the
 //! others when their lease check runs.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use crate::error::LockError;
 use crate::lock::{ended, Barriers, Hold};
 
@@ -58,10 +60,74 @@ pub enum Acquire {
 
 /// A lock's holds: its mode while held, and the holders, oldest first.
 /// Empty means free; the mode of a free lock means nothing.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Each owner's hold is found by its owner, and the earliest and latest
+/// leases by an ordered set, so a change to one owner's hold costs the same
+/// however many share the lock (only listing them grows with them). What
+/// changed is noted ([`Holds::take_changes`]): the glue sends that change to
+/// replicas and the AOF, not the whole holder list.
+#[derive(Debug, Clone)]
 pub struct Holds {
     mode: Mode,
-    holders: Vec<Holder>,
+    /// Every stored hold by the order it began (its place), oldest first.
+    holders: BTreeMap<u64, Holder>,
+    /// Each owner's place in `holders`.
+    by_owner: HashMap<Vec<u8>, u64>,
+    /// (lease end, place) of every hold: the earliest and latest lease in
+    /// O(log n), and the ended holds found from the front.
+    by_end: BTreeSet<(u64, u64)>,
+    /// The place the next hold takes.
+    next: u64,
+    /// What changed since [`Holds::take_changes`] last asked.
+    changes: Changes,
+}
+
+/// What changed in a lock's holds: whose hold (to replicate that owner's
+/// hold alone), and which holds began, ended or had their fence raised
+/// (for the hold-time record).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Owners whose hold began, changed or ended, each once, in order.
+    pub owners: Vec<Vec<u8>>,
+    /// Fences of the holds that began.
+    pub began: Vec<u64>,
+    /// (fence, lease end) of the holds that ended.
+    pub ended: Vec<(u64, u64)>,
+    /// (from, to) of fences raised by `LOCK.FENCE` (the hold goes on).
+    pub raised: Vec<(u64, u64)>,
+}
+
+impl Changes {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.owners.is_empty()
+    }
+
+    fn touched(&mut self, owner: &[u8]) {
+        // A change touches one owner, a grant a few: the list stays short.
+        if !self.owners.iter().any(|o| o == owner) {
+            self.owners.push(owner.to_vec());
+        }
+    }
+}
+
+// Holds are equal when they hold the same, in the same order: places and
+// the change log are bookkeeping (the model checker keeps holds in states).
+impl PartialEq for Holds {
+    fn eq(&self, other: &Self) -> bool {
+        self.mode == other.mode && self.holders.values().eq(other.holders.values())
+    }
+}
+
+impl Eq for Holds {}
+
+impl std::hash::Hash for Holds {
+    fn hash<S: std::hash::Hasher>(&self, state: &mut S) {
+        self.mode.hash(state);
+        for holder in self.holders.values() {
+            holder.hash(state);
+        }
+    }
 }
 
 impl Default for Holds {
@@ -75,14 +141,23 @@ impl Holds {
     pub fn free() -> Holds {
         Holds {
             mode: Mode::Exclusive,
-            holders: Vec::new(),
+            holders: BTreeMap::new(),
+            by_owner: HashMap::new(),
+            by_end: BTreeSet::new(),
+            next: 0,
+            changes: Changes::default(),
         }
     }
 
-    /// Holds as stored (loaded from RDB, a replica's `LOCK.APPLY`): the
-    /// caller has checked them.
+    /// Holds as stored (loaded from RDB, a replica's `LOCK.APPLY`), oldest
+    /// first: the caller has checked them. Nothing is noted as changed.
     pub fn from_parts(mode: Mode, holders: Vec<Holder>) -> Holds {
-        Holds { mode, holders }
+        let mut holds = Holds::free();
+        holds.mode = mode;
+        for holder in holders {
+            holds.insert(holder);
+        }
+        holds
     }
 
     /// The mode the lock is held in (meaningless when free).
@@ -90,36 +165,66 @@ impl Holds {
         self.mode
     }
 
-    /// Every stored hold, live or not, oldest first.
-    pub fn holders(&self) -> &[Holder] {
-        &self.holders
+    /// How many holds are stored, live or not.
+    pub fn len(&self) -> usize {
+        self.holders.len()
     }
 
-    /// The holds still running at `now_ms`, oldest first.
+    /// Whether no hold is stored.
+    pub fn is_empty(&self) -> bool {
+        self.holders.is_empty()
+    }
+
+    /// Every stored hold, live or not, oldest first.
+    pub fn holders(&self) -> impl DoubleEndedIterator<Item = &Holder> + ExactSizeIterator {
+        self.holders.values()
+    }
+
+    /// The one stored hold, if there is exactly one.
+    pub fn only(&self) -> Option<&Holder> {
+        match self.holders.len() {
+            1 => self.holders.values().next(),
+            _ => None,
+        }
+    }
+
+    /// `owner`'s stored hold, live or not.
+    pub fn get(&self, owner: &[u8]) -> Option<&Holder> {
+        self.by_owner.get(owner).and_then(|p| self.holders.get(p))
+    }
+
+    /// The holds still running at `now_ms`, oldest first (O(holders): for
+    /// listing them).
     pub fn live(&self, now_ms: u64) -> impl Iterator<Item = &Holder> {
         self.holders
-            .iter()
+            .values()
             .filter(move |h| !ended(h.hold.expires_at, now_ms))
     }
 
     /// Whether no hold runs at `now_ms`.
     pub fn is_free(&self, now_ms: u64) -> bool {
-        self.live(now_ms).next().is_none()
+        self.latest_lease().is_none_or(|at| ended(at, now_ms))
     }
 
     /// The live hold of `owner`, if any.
     pub fn of(&self, owner: &[u8], now_ms: u64) -> Option<&Holder> {
-        self.live(now_ms).find(|h| h.owner == owner)
+        self.get(owner)
+            .filter(|h| !ended(h.hold.expires_at, now_ms))
     }
 
     /// The key's TTL: the latest lease among the stored holds (`None`: free).
     pub fn latest_lease(&self) -> Option<u64> {
-        self.holders.iter().map(|h| h.hold.expires_at).max()
+        self.by_end.last().map(|&(at, _)| at)
     }
 
     /// The earliest lease among the stored holds: when the next check is due.
     pub fn earliest_lease(&self) -> Option<u64> {
-        self.holders.iter().map(|h| h.hold.expires_at).min()
+        self.by_end.first().map(|&(at, _)| at)
+    }
+
+    /// The earliest lease among the holds still running at `now_ms`.
+    pub fn earliest_live_lease(&self, now_ms: u64) -> Option<u64> {
+        self.by_end.range((now_ms, 0)..).next().map(|&(at, _)| at)
     }
 
     /// The highest fence of the live holds (what `LOCK.INFO` shows).
@@ -127,13 +232,35 @@ impl Holds {
         self.live(now_ms).map(|h| h.hold.fence).max()
     }
 
+    /// How many holds run at `now_ms`: the stored ones less the ended ones
+    /// not yet dropped (found from the front of the lease order).
+    fn live_count(&self, now_ms: u64) -> u64 {
+        let ended = self.by_end.range(..(now_ms, 0)).count();
+        (self.holders.len() - ended) as u64
+    }
+
     /// Removes the holds whose lease has ended at `now_ms`; returns them.
     pub fn drop_ended(&mut self, now_ms: u64) -> Vec<Holder> {
-        let (ended_now, live) = std::mem::take(&mut self.holders)
-            .into_iter()
-            .partition(|h| ended(h.hold.expires_at, now_ms));
-        self.holders = live;
-        ended_now
+        let mut gone = Vec::new();
+        while let Some(&(at, place)) = self.by_end.first() {
+            if !ended(at, now_ms) {
+                break;
+            }
+            if let Some(holder) = self.remove(place) {
+                gone.push(holder);
+            }
+        }
+        gone
+    }
+
+    /// What changed since the last call, and forgets it.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Whether anything changed since [`Holds::take_changes`] last asked.
+    pub fn changed(&self) -> bool {
+        !self.changes.is_empty()
     }
 
     /// Whether a request in `mode` could be granted now, queue aside: the
@@ -141,7 +268,7 @@ impl Holds {
     /// its limit. A different shared limit is refused with an error by
     /// [`check_limit`](Holds::check_limit) before this is asked.
     pub fn admits(&self, mode: Mode, now_ms: u64) -> bool {
-        let sharing = self.live(now_ms).count() as u64;
+        let sharing = self.live_count(now_ms);
         match mode {
             _ if sharing == 0 => true,
             Mode::Exclusive => false,
@@ -187,14 +314,16 @@ impl Holds {
             return Ok(Acquire::Busy);
         }
         let expires_at = now_ms.saturating_add(ttl_ms);
-        let held_mode = self.mode;
-        if let Some(mine) = self.live_mut(owner, now_ms) {
-            if mode == Mode::Exclusive && held_mode != Mode::Exclusive {
+        if let Some(place) = self.live_place(owner, now_ms) {
+            if mode == Mode::Exclusive && self.mode != Mode::Exclusive {
                 return Err(LockError::Upgrade);
             }
-            mine.hold.count = increment(mine.hold.count)?;
-            mine.hold.expires_at = expires_at;
-            return Ok(Acquire::Reentered(mine.hold));
+            let hold = self.change(place, |hold| {
+                hold.count = increment(hold.count)?;
+                hold.expires_at = expires_at;
+                Ok(())
+            })?;
+            return Ok(Acquire::Reentered(hold));
         }
         if barriers.waiters || !self.admits(mode, now_ms) {
             return Ok(Acquire::Busy);
@@ -228,11 +357,17 @@ impl Holds {
             fence,
             expires_at: now_ms.saturating_add(ttl_ms),
         };
-        self.holders.push(Holder {
+        if let Some(&place) = self.by_owner.get(owner) {
+            // Not reached: a live hold of the owner is reentered instead.
+            self.remove(place);
+        }
+        self.insert(Holder {
             owner: owner.to_vec(),
             hold,
             since: now_ms,
         });
+        self.changes.began.push(fence);
+        self.changes.touched(owner);
         hold
     }
 
@@ -243,45 +378,147 @@ impl Holds {
         ttl_ms: Option<u64>,
         now_ms: u64,
     ) -> Result<Hold, LockError> {
-        let mine = self.live_mut(owner, now_ms).ok_or(LockError::NotOwner)?;
-        mine.hold.count = increment(mine.hold.count)?;
-        if let Some(ttl) = ttl_ms {
-            mine.hold.expires_at = now_ms.saturating_add(ttl);
-        }
-        Ok(mine.hold)
+        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
+        self.change(place, |hold| {
+            hold.count = increment(hold.count)?;
+            if let Some(ttl) = ttl_ms {
+                hold.expires_at = now_ms.saturating_add(ttl);
+            }
+            Ok(())
+        })
     }
 
     /// `LOCK.RELEASE`: the caller's count − 1 (to 0 with `all`). At 0 the
     /// caller's hold ends (the lock is free if it was the last). Returns the
     /// remaining count.
     pub fn release(&mut self, owner: &[u8], all: bool, now_ms: u64) -> Result<u64, LockError> {
-        let mine = self.live_mut(owner, now_ms).ok_or(LockError::NotOwner)?;
-        mine.hold.count = if all { 0 } else { mine.hold.count - 1 };
-        let left = mine.hold.count;
-        if left == 0 {
-            self.holders.retain(|h| h.owner != owner);
+        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
+        let hold = self.change(place, |hold| {
+            hold.count = if all { 0 } else { hold.count - 1 };
+            Ok(())
+        })?;
+        if hold.count == 0 {
+            self.remove(place);
         }
-        Ok(left)
+        Ok(hold.count)
     }
 
     /// `LOCK.RENEW`: the caller's lease becomes `ttl_ms` from now.
     pub fn renew(&mut self, owner: &[u8], ttl_ms: u64, now_ms: u64) -> Result<Hold, LockError> {
-        let mine = self.live_mut(owner, now_ms).ok_or(LockError::NotOwner)?;
-        mine.hold.expires_at = now_ms.saturating_add(ttl_ms);
-        Ok(mine.hold)
+        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
+        self.change(place, |hold| {
+            hold.expires_at = now_ms.saturating_add(ttl_ms);
+            Ok(())
+        })
     }
 
     /// `LOCK.FENCE`: the caller's fence becomes `max(fence, min_fence)`.
     pub fn fence(&mut self, owner: &[u8], min_fence: u64, now_ms: u64) -> Result<Hold, LockError> {
-        let mine = self.live_mut(owner, now_ms).ok_or(LockError::NotOwner)?;
-        mine.hold.fence = mine.hold.fence.max(min_fence);
-        Ok(mine.hold)
+        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
+        let before = self.holders.get(&place).map_or(0, |h| h.hold.fence);
+        let hold = self.change(place, |hold| {
+            hold.fence = hold.fence.max(min_fence);
+            Ok(())
+        })?;
+        if hold.fence != before {
+            self.changes.raised.push((before, hold.fence));
+        }
+        Ok(hold)
     }
 
-    fn live_mut(&mut self, owner: &[u8], now_ms: u64) -> Option<&mut Holder> {
-        self.holders
-            .iter_mut()
-            .find(|h| h.owner == owner && !ended(h.hold.expires_at, now_ms))
+    /// Ends every hold at `at` at the latest (a TTL someone set shorter
+    /// than the leases: every hold ends then). O(holds): for that rare event.
+    pub fn cap_leases(&mut self, at: u64) {
+        let later: Vec<u64> = self
+            .by_end
+            .range((at.saturating_add(1), 0)..)
+            .map(|&(_, place)| place)
+            .collect();
+        for place in later {
+            let _ = self.change(place, |hold| {
+                hold.expires_at = at;
+                Ok(())
+            });
+        }
+    }
+
+    /// Puts one owner's hold as another server decided it (a replica's
+    /// `LOCK.APPLY` of that share): replaces the owner's hold, or adds it
+    /// as the newest. The lock takes `mode` if it was free.
+    pub fn put(&mut self, mode: Mode, holder: Holder) {
+        if self.holders.is_empty() {
+            self.mode = mode;
+        }
+        match self.by_owner.get(&holder.owner).copied() {
+            Some(place) => {
+                let Holder { hold, since, .. } = holder;
+                let _ = self.change(place, |stored| {
+                    *stored = hold;
+                    Ok(())
+                });
+                if let Some(stored) = self.holders.get_mut(&place) {
+                    stored.since = since;
+                }
+            }
+            None => {
+                self.changes.touched(&holder.owner);
+                self.insert(holder);
+            }
+        }
+    }
+
+    /// Ends `owner`'s hold, whatever its count (another server decided it).
+    pub fn end(&mut self, owner: &[u8]) -> Option<Holder> {
+        let place = *self.by_owner.get(owner)?;
+        self.remove(place)
+    }
+
+    /// The place of `owner`'s live hold.
+    fn live_place(&self, owner: &[u8], now_ms: u64) -> Option<u64> {
+        let place = *self.by_owner.get(owner)?;
+        let holder = self.holders.get(&place)?;
+        (!ended(holder.hold.expires_at, now_ms)).then_some(place)
+    }
+
+    /// Changes the hold at `place` with `f` (keeping the lease order), and
+    /// notes its owner as changed. The hold after, or `f`'s error (then
+    /// nothing changed).
+    fn change(
+        &mut self,
+        place: u64,
+        f: impl FnOnce(&mut Hold) -> Result<(), LockError>,
+    ) -> Result<Hold, LockError> {
+        let holder = self.holders.get_mut(&place).ok_or(LockError::NotOwner)?;
+        let mut hold = holder.hold;
+        f(&mut hold)?;
+        if hold.expires_at != holder.hold.expires_at {
+            self.by_end.remove(&(holder.hold.expires_at, place));
+            self.by_end.insert((hold.expires_at, place));
+        }
+        holder.hold = hold;
+        self.changes.touched(&holder.owner);
+        Ok(hold)
+    }
+
+    /// Adds `holder` as the newest hold (its owner holds nothing yet).
+    fn insert(&mut self, holder: Holder) {
+        let place = self.next;
+        self.next += 1;
+        self.by_owner.insert(holder.owner.clone(), place);
+        self.by_end.insert((holder.hold.expires_at, place));
+        self.holders.insert(place, holder);
+    }
+
+    /// Removes the hold at `place`, noting its end.
+    fn remove(&mut self, place: u64) -> Option<Holder> {
+        let holder = self.holders.remove(&place)?;
+        self.by_owner.remove(&holder.owner);
+        self.by_end.remove(&(holder.hold.expires_at, place));
+        self.changes
+            .ended
+            .push((holder.hold.fence, holder.hold.expires_at));
+        self.changes.touched(&holder.owner);
+        Some(holder)
     }
 }
 
@@ -604,6 +841,60 @@ pub(crate) mod tests {
         assert_eq!(counts, [(1, 99), (1, 2)]);
         // A lease ended is no hold.
         assert_eq!(holds.fence(b"b", 1, NOW + 6), Err(LockError::NotOwner));
+    }
+
+    #[test]
+    fn each_change_is_noted_for_its_owner_alone() {
+        let later = NOW + 1_000;
+        let mut holds = held(Mode::READ, &[("a", later), ("b", NOW + 10), ("c", later)]);
+        assert!(!holds.changed(), "holds as stored are no change");
+        assert_eq!(
+            holds.renew(b"c", 5_000, NOW).map(|h| h.expires_at),
+            Ok(NOW + 5_000)
+        );
+        assert_eq!(holds.latest_lease(), Some(NOW + 5_000));
+        assert_eq!(holds.earliest_lease(), Some(NOW + 10));
+        let changes = holds.take_changes();
+        assert_eq!(changes.owners, [b"c".to_vec()]);
+        assert!(changes.began.is_empty() && changes.ended.is_empty());
+        // b's lease ends: only b goes, and is noted as ended.
+        let gone = holds.drop_ended(NOW + 11);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].owner, b"b");
+        assert_eq!(holds.earliest_lease(), Some(later));
+        let changes = holds.take_changes();
+        assert_eq!(changes.owners, [b"b".to_vec()]);
+        assert_eq!(changes.ended, [(2, NOW + 10)]);
+        // A release to zero, a raised fence, a fresh hold.
+        assert_eq!(holds.release(b"a", true, NOW), Ok(0));
+        assert_eq!(holds.fence(b"c", 50, NOW).map(|h| h.fence), Ok(50));
+        holds.begin(b"d", Mode::READ, 100, NOW, 60);
+        let changes = holds.take_changes();
+        assert_eq!(
+            changes.owners,
+            [b"a".to_vec(), b"c".to_vec(), b"d".to_vec()]
+        );
+        assert_eq!(changes.ended, [(1, later)]);
+        assert_eq!(changes.raised, [(3, 50)]);
+        assert_eq!(changes.began, [60]);
+        assert_eq!(owners(&holds, NOW), ["c", "d"], "oldest first");
+        assert_eq!(holds.get(b"a"), None);
+        // Another server's decision for one owner.
+        let mut put = holds.get(b"d").cloned().expect("d");
+        put.hold.count = 3;
+        holds.put(Mode::READ, put);
+        assert_eq!(holds.of(b"d", NOW).map(|h| h.hold.count), Some(3));
+        assert_eq!(holds.end(b"c").map(|h| h.hold.fence), Some(50));
+        assert_eq!(owners(&holds, NOW), ["d"]);
+    }
+
+    #[test]
+    fn holds_equal_by_what_they_hold_not_how_they_got_there() {
+        let later = NOW + 1_000;
+        let mut a = held(Mode::READ, &[("x", later)]);
+        a.begin(b"y", Mode::READ, 1_000, NOW, 2);
+        a.release(b"y", true, NOW).expect("release");
+        assert_eq!(a, held(Mode::READ, &[("x", later)]));
     }
 
     #[test]

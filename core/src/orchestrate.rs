@@ -43,6 +43,13 @@ pub enum Event {
     /// A release to zero that handed the lock, in place, to a waiter: the
     /// release is announced, then the waiter's fresh hold; the key stays.
     HandOver,
+    /// Shared holds whose lease ended were dropped and nothing was granted:
+    /// announced by no event while others remain (nothing was acquired),
+    /// as an expiry when none is left.
+    SharesEnded,
+    /// A shared grant taken back (its client never got the reply): a
+    /// deletion when none is left, else no event.
+    Revoked,
 }
 
 /// How a lock's key goes, and what the server is told. The host removes it
@@ -55,6 +62,16 @@ pub enum Removal {
     Released,
     /// Taken back, or its lease ended under a TTL someone changed (`del`).
     Deleted,
+}
+
+/// How a lock whose last hold a [`Host::write_holds`] with `event` ended
+/// goes: expired by its lease, deleted when taken back, else released.
+pub fn removal(event: Event) -> Removal {
+    match event {
+        Event::SharesEnded => Removal::Expired,
+        Event::Revoked => Removal::Deleted,
+        _ => Removal::Released,
+    }
 }
 
 /// Why a blocked client is answered nil (or nothing).
@@ -126,37 +143,20 @@ pub trait Host {
     fn expires_at(&self, key: &Self::Key) -> Option<u64>;
     /// The stored lease end of the lock in the key (`None`: no lock).
     fn stored_lease(&self, key: &Self::Key) -> Option<u64>;
-    /// The holds in the key, of either mode, each ending at the earlier of
-    /// its lease and the key's expiry: `None` if free, `WRONGTYPE` for
-    /// another type. (A host that stores only exclusive holds shows its
-    /// lock as one holder.)
-    fn holds(&self, key: &Self::Key) -> Result<Option<Holds>, LockError> {
-        Ok(self.current(key)?.map(|lock| {
-            let holder = holds::Holder {
-                owner: lock.owner.to_vec(),
-                hold: lock.hold,
-                since: 0,
-            };
-            Holds::from_parts(Mode::Exclusive, vec![holder])
-        }))
-    }
+    /// Takes the holds out of the key, of either mode, to decide over
+    /// them: `None` if free, `WRONGTYPE` for another type. Every taking is
+    /// followed by [`Host::write_holds`] with the same key, which puts them
+    /// back (changed or not), so a host may move them out of the stored
+    /// value instead of copying them.
+    fn take_holds(&mut self, key: &mut Self::Key) -> Result<Option<Holds>, LockError>;
     /// Whether the key holds a shared lock.
-    fn is_shared(&self, _key: &Self::Key) -> bool {
-        false
-    }
-    /// Stores `holds` (replicating the whole state; the key goes when none
-    /// is left), then announces `event`. The default, for a host that
-    /// stores only exclusive holds, writes the one holder or removes it.
-    fn write_holds(&mut self, key: &mut Self::Key, holds: Holds, event: Event) {
-        match (holds.mode(), holds.holders()) {
-            (_, []) => self.remove(key, Removal::Released),
-            (Mode::Exclusive, [one]) => {
-                let owner = one.owner.clone();
-                self.write(key, &owner, one.hold, Lease::Moved, event);
-            }
-            _ => {}
-        }
-    }
+    fn is_shared(&self, key: &Self::Key) -> bool;
+    /// Puts back holds taken by [`Host::take_holds`]: when they changed
+    /// ([`Holds::take_changes`]), stores them, sends replicas and the AOF
+    /// what changed — each changed owner's hold, not the holder list — and
+    /// announces `event`; when nothing changed, only puts them back. When
+    /// none is left the key goes, as [`removal`] says for `event`.
+    fn write_holds(&mut self, key: &mut Self::Key, holds: Holds, event: Event);
     /// Stores `owner`'s `hold` (and replicates it), then announces `event`.
     fn write(&mut self, key: &mut Self::Key, owner: &[u8], hold: Hold, lease: Lease, event: Event);
     /// Deletes the lock (and replicates that), announced as `how` says.
@@ -165,6 +165,8 @@ pub trait Host {
     fn restore_expiry(&mut self, key: &mut Self::Key, at: u64);
     /// A fresh fence, above every fence issued before.
     fn issue_fence(&mut self, now: u64) -> u64;
+    /// Every fence issued from now on is above `fence` (`LOCK.FENCE`).
+    fn raise_fences(&mut self, fence: u64);
 
     // --- gates -----------------------------------------------------------
 
@@ -211,15 +213,11 @@ pub trait Host {
     /// A parked client `id` is about to be answered a fresh hold of `name`
     /// (for `owner`, with `fence`): where the host binds holds to
     /// connections. Reentries are not reported.
-    fn began(
-        &mut self,
-        _id: u64,
-        _handle: &Self::Handle,
-        _name: &LockName,
-        _owner: &[u8],
-        _fence: u64,
-    ) {
-    }
+    fn began(&mut self, id: u64, handle: &Self::Handle, name: &LockName, owner: &[u8], fence: u64);
+    /// Answers a parked client with `error`: its request, reaching the head
+    /// of the queue, is refused as it would have been had it asked then (an
+    /// owner who meanwhile holds the lock shared asking for it exclusively).
+    fn reply_refused(&mut self, id: u64, handle: Self::Handle, error: LockError);
     /// Answers a parked client nil, or only gives its handle back.
     fn reply_nil(&mut self, id: u64, handle: Self::Handle, why: Nil);
     /// Where `name`, free here, lives now if it left this node (a cluster
@@ -319,7 +317,7 @@ fn acquire_shared<H: Host>(
     (owner, mode, ttl_ms, wait_ms): (&[u8], Mode, u64, Option<u64>),
 ) -> Result<Acquired, LockError> {
     let now = host.key_now(&key);
-    let mut holds = host.holds(&key)?.unwrap_or_default();
+    let mut holds = host.take_holds(&mut key)?.unwrap_or_default();
     let (waiters, waiting_mode) = match &waiting {
         Some(name) => host.engine(|e| (e.has_waiters(name), e.waiting_shared_mode(name))),
         None => (false, None),
@@ -330,7 +328,14 @@ fn acquire_shared<H: Host>(
     };
     let decision = holds.acquire(owner, mode, ttl_ms, now, barriers, waiting_mode, || {
         host.issue_fence(now)
-    })?;
+    });
+    let decision = match decision {
+        Ok(decision) => decision,
+        Err(error) => {
+            host.write_holds(&mut key, holds, Event::Acquire);
+            return Err(error);
+        }
+    };
     match decision {
         holds::Acquire::Fresh(hold) => {
             holds.drop_ended(now);
@@ -355,23 +360,47 @@ fn acquire_shared<H: Host>(
             check_hold_end(host, target, waiting.as_ref(), ends, now);
             Ok(Acquired::Held(hold))
         }
-        holds::Acquire::Busy => match wait_ms {
-            Some(timeout) if host.can_block() => {
-                drop(key);
-                let earliest = holds.live(now).map(|h| h.hold.expires_at).min();
-                let name = waiting.unwrap_or_else(|| host.lock_name(target));
-                if !park(host, &name, (owner, mode, ttl_ms), timeout, earliest) {
-                    return Ok(Acquired::Nil);
-                }
-                if earliest.is_none() {
-                    // Free but not grantable now (quarantine): served when
-                    // the gate opens.
-                    serve(host, &name, true);
-                }
-                Ok(Acquired::Parked)
+        holds::Acquire::Busy => {
+            let earliest = holds.earliest_live_lease(now);
+            host.write_holds(&mut key, holds, Event::Acquire);
+            busy(
+                host,
+                target,
+                key,
+                waiting,
+                (owner, mode, ttl_ms, wait_ms),
+                earliest,
+            )
+        }
+    }
+}
+
+/// A shared request that cannot be granted now: parked with `WAIT` outside
+/// `MULTI` and scripts (a check armed at `earliest`, the first live lease
+/// end), else nil.
+fn busy<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    key: H::Key,
+    waiting: Option<LockName>,
+    (owner, mode, ttl_ms, wait_ms): (&[u8], Mode, u64, Option<u64>),
+    earliest: Option<u64>,
+) -> Result<Acquired, LockError> {
+    match wait_ms {
+        Some(timeout) if host.can_block() => {
+            drop(key);
+            let name = waiting.unwrap_or_else(|| host.lock_name(target));
+            if !park(host, &name, (owner, mode, ttl_ms), timeout, earliest) {
+                return Ok(Acquired::Nil);
             }
-            _ => Ok(Acquired::Nil),
-        },
+            if earliest.is_none() {
+                // Free but not grantable now (quarantine): served when
+                // the gate opens.
+                serve(host, &name, true);
+            }
+            Ok(Acquired::Parked)
+        }
+        _ => Ok(Acquired::Nil),
     }
 }
 
@@ -387,8 +416,14 @@ fn on_shared_hold<H: Host, R>(
     change: impl FnOnce(&mut Holds, u64) -> Result<R, LockError>,
 ) -> Result<R, LockError> {
     let now = host.key_now(&key);
-    let mut holds = host.holds(&key)?.unwrap_or_default();
-    let result = change(&mut holds, now)?;
+    let mut holds = host.take_holds(&mut key)?.unwrap_or_default();
+    let result = match change(&mut holds, now) {
+        Ok(result) => result,
+        Err(error) => {
+            host.write_holds(&mut key, holds, event);
+            return Err(error);
+        }
+    };
     holds.drop_ended(now);
     let ends = shared_hold_ends(&holds);
     host.write_holds(&mut key, holds, event);
@@ -480,6 +515,44 @@ pub fn renew<H: Host>(
     owner_active(host, target, owner);
     lease_changed(host, target, hold.expires_at);
     Ok(hold)
+}
+
+/// What [`fence`] did: the caller's hold, whose fence went `from` → `hold.fence`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced {
+    pub from: u64,
+    pub hold: Hold,
+}
+
+/// `LOCK.FENCE`: the caller's hold, of either mode, with its fence raised
+/// to at least `min_fence`; every fence this server issues afterwards is
+/// higher. Count and lease unchanged.
+pub fn fence<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    min_fence: u64,
+) -> Result<Fenced, LockError> {
+    let mut key = host.open(target);
+    let fenced = if host.is_shared(&key) {
+        on_shared_hold(host, target, key, owner, Event::Fence, |holds, now| {
+            let from = holds.of(owner, now).map_or(0, |h| h.hold.fence);
+            let hold = holds.fence(owner, min_fence, now)?;
+            Ok(Fenced { from, hold })
+        })?
+    } else {
+        let now = host.key_now(&key);
+        let current = host.current(&key)?;
+        let from = current.map_or(0, |lock| lock.hold.fence);
+        let hold = lock::fence(current, owner, min_fence, now)?;
+        host.write(&mut key, owner, hold, Lease::Kept, Event::Fence);
+        drop(key);
+        owner_active(host, target, owner);
+        Fenced { from, hold }
+    };
+    // Replicas and the AOF raise their counter as they apply the hold.
+    host.raise_fences(fenced.hold.fence);
+    Ok(fenced)
 }
 
 /// `LOCK.RELEASE`: the hold left (`None`: now free). A release to zero
@@ -645,15 +718,32 @@ pub fn retry_fired<H: Host>(host: &mut H) {
     pump(host);
 }
 
-/// Client `id`'s `WAIT` deadline passed: nil, if it still waits.
+/// Client `id`'s `WAIT` deadline passed: nil, if it still waits. The
+/// requests behind it are served again if it was first in line.
 pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
-    let Some(waiter) = host.engine(|e| e.leave(id)) else {
+    let Some((waiter, again)) = host.engine(|e| e.leave(id)) else {
         return false;
     };
     stats::WAITING.add(-1);
     stats::WAIT_TIMEOUTS.incr();
     host.reply_nil(id, waiter.handle, Nil::TimedOut);
+    if let Some(name) = again {
+        serve(host, &name, false);
+    }
     true
+}
+
+/// Client `id` was unblocked by `CLIENT UNBLOCK` (the host writes its nil
+/// itself, from inside that command): its waiter, if it still waits. The
+/// requests behind it are served once that command is done, if it was
+/// first in line.
+pub fn unblocked<H: Host>(host: &mut H, id: u64) -> Option<Waiter<H::Handle>> {
+    let (waiter, again) = host.engine(|e| e.leave(id))?;
+    stats::WAITING.add(-1);
+    if let Some(name) = again {
+        freed(host, name, false);
+    }
+    Some(waiter)
 }
 
 /// Client `id` disconnected (or was unblocked with an error): it leaves its
@@ -664,9 +754,13 @@ pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
 /// back as it defers all the pump's work.
 pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
     match host.engine(|e| e.gone(id)) {
-        Gone::Waiting(waiter) => {
+        Gone::Waiting(waiter, again) => {
             stats::WAITING.add(-1);
             host.reply_nil(id, waiter.handle, Nil::Left);
+            // The requests behind it may be let in now.
+            if let Some(name) = again {
+                serve(host, &name, false);
+            }
             Left::Waiting
         }
         Gone::Revoke => {
@@ -680,6 +774,10 @@ pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
 // ---------------------------------------------------------------------------
 // Serving waiters.
 // ---------------------------------------------------------------------------
+
+/// How many waiting requests the shared rule is first given: as many as a
+/// hand-off usually grants, and a few.
+const FIRST_SLICE: usize = 8;
 
 /// The pump: takes back revoked grants, fixes TTLs, then serves each lock
 /// reported free, in order. Defers it all while the gate is closed.
@@ -792,52 +890,72 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
 /// lease end left while clients still wait.
 fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
     let now = host.key_now(&key);
-    let Ok(held) = host.holds(&key) else {
+    let Ok(held) = host.take_holds(&mut key) else {
         return;
     };
     let mut holds = held.unwrap_or_default();
-    let before = holds.clone();
     let ended = holds.drop_ended(now);
     for _ in &ended {
         stats::EXPIRED_HELD.incr();
     }
-    if holds.holders().is_empty() {
+    if holds.is_empty() {
         // A cluster slot migration may have moved the lock to another node.
         if let Some(error) = host.moved_to(name) {
+            host.write_holds(&mut key, holds, Event::SharesEnded);
             drop(key);
             return host.redirect(name, &error);
         }
     }
     let cap = host.lease_cap();
-    let requests = host.engine(|e| e.requests(name, cap));
-    let waiting = requests.iter().map(|(id, owner, mode, ttl_ms)| Request {
-        id: *id,
-        owner,
-        mode: *mode,
-        ttl_ms: *ttl_ms,
-    });
-    let served = shared_queue::serve(&mut holds, waiting, now, || host.issue_fence(now));
+    // The rule reads only the prefix it grants: read the queue a slice at a
+    // time, a larger one each time all of the last was granted, so a
+    // hand-off costs what it grants, not the length of the queue.
+    let mut served = Vec::new();
+    let mut take = FIRST_SLICE;
+    loop {
+        let skip = served.len();
+        let slice = host.engine(|e| e.requests(name, cap, skip, take));
+        let waiting = slice.iter().map(|(id, owner, mode, ttl_ms)| Request {
+            id: *id,
+            owner,
+            mode: *mode,
+            ttl_ms: *ttl_ms,
+        });
+        let more = shared_queue::serve(&mut holds, waiting, now, || host.issue_fence(now));
+        let whole = more.len() == take;
+        served.extend(more);
+        if !whole {
+            break;
+        }
+        take = take.saturating_mul(2);
+    }
     // Clients still waiting are looked at again when the first hold ends;
     // without them, only a shared hold that ends before the key's TTL is.
-    let check = if served.len() < requests.len() {
+    let check = if host.engine(|e| e.waiters(name)) > served.len() {
         holds.earliest_lease()
     } else {
         shared_hold_ends(&holds)
     };
-    if holds != before {
-        if holds.holders().is_empty() {
-            host.remove(&mut key, Removal::Expired);
-        } else {
-            host.write_holds(&mut key, holds, Event::Acquire);
-        }
-    }
+    // Announced by what was granted: a share that only ended by its lease
+    // is nobody's acquisition (and a lock whose last one did expires).
+    let event = if served.iter().any(|s| matches!(s.answer, Answer::Fresh(_))) {
+        Event::Acquire
+    } else if served
+        .iter()
+        .any(|s| matches!(s.answer, Answer::Reentered(_)))
+    {
+        Event::Reenter
+    } else {
+        Event::SharesEnded
+    };
+    host.write_holds(&mut key, holds, event);
     drop(key);
     if let Some(at) = check {
         let timer = host.engine(|e| e.hold_ends(name, at, now));
         arm(host, timer);
     }
     for one in served {
-        let Some(waiter) = host.engine(|e| e.leave(one.id)) else {
+        let Some(waiter) = host.engine(|e| e.take(one.id)) else {
             continue;
         };
         stats::WAITING.add(-1);
@@ -852,8 +970,9 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
                 stats::REENTERED.incr();
                 hold
             }
-            Answer::Refused(_) => {
-                host.reply_nil(one.id, waiter.handle, Nil::Refused);
+            Answer::Refused(error) => {
+                // As it would have been refused had it asked then.
+                host.reply_refused(one.id, waiter.handle, error);
                 continue;
             }
         };
@@ -936,20 +1055,17 @@ fn revoke<H: Host>(host: &mut H, grant: &InFlight) {
 /// exactly the grant (same fence, count 1); the other holders keep theirs.
 fn revoke_shared<H: Host>(host: &mut H, mut key: H::Key, grant: &InFlight) {
     let now = host.key_now(&key);
-    let Ok(Some(mut holds)) = host.holds(&key) else {
+    let Ok(Some(mut holds)) = host.take_holds(&mut key) else {
         return;
     };
     let untouched = holds
         .of(&grant.owner, now)
         .is_some_and(|h| h.hold.fence == grant.fence && h.hold.count == 1);
     if !untouched || holds.release(&grant.owner, true, now).is_err() {
-        return;
+        return host.write_holds(&mut key, holds, Event::Release);
     }
     holds.drop_ended(now);
-    if holds.holders().is_empty() {
-        return delete_and_serve(host, key, &grant.name);
-    }
-    host.write_holds(&mut key, holds, Event::Release);
+    host.write_holds(&mut key, holds, Event::Revoked);
     drop(key);
     serve(host, &grant.name, false);
 }
@@ -976,6 +1092,14 @@ fn fix_ttl<H: Host>(host: &mut H, name: &LockName) {
         // whenever Redis's expiry cycle happens to find the key.
         TtlFix::Keep => {
             if let Some(at) = expiry {
+                if host.is_shared(&key) {
+                    // Holds that change later must not outlive it: their
+                    // stored leases end there too.
+                    if let Ok(Some(mut holds)) = host.take_holds(&mut key) {
+                        holds.cap_leases(at);
+                        host.write_holds(&mut key, holds, Event::SharesEnded);
+                    }
+                }
                 let timer = host.engine(|e| e.lease_moved(name, at, now));
                 arm(host, timer);
             }

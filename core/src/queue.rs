@@ -174,9 +174,32 @@ impl<T> WaitQueues<T> {
 
     /// Takes client `id` out of whatever queue it is in (it left).
     pub fn remove(&mut self, id: u64) -> Option<(LockName, T)> {
+        self.remove_noting_head(id)
+            .map(|(name, payload, _)| (name, payload))
+    }
+
+    /// [`remove`](WaitQueues::remove), and whether client `id` was first in
+    /// line with others behind it: only then may its leaving let the
+    /// requests behind it in. O(1) amortised: the tombstones it skips at
+    /// the front are dropped on the way, each once.
+    pub fn remove_noting_head(&mut self, id: u64) -> Option<(LockName, T, bool)> {
         let waiter = self.waiters.remove(&id)?;
+        let mut was_head = false;
         if let Some(queue) = self.queues.get_mut(&waiter.name) {
+            let waiters = &self.waiters;
+            while let Some(&(front, seq)) = queue.order.front() {
+                if front == id && seq == waiter.seq {
+                    was_head = true;
+                    queue.order.pop_front();
+                    break;
+                }
+                if waiters.get(&front).is_some_and(|w| w.seq == seq) {
+                    break;
+                }
+                queue.order.pop_front();
+            }
             queue.live -= 1;
+            was_head &= queue.live > 0;
             if queue.live == 0 {
                 self.queues.remove(&waiter.name);
             } else if queue.order.len() > 2 * queue.live + 16 {
@@ -188,7 +211,7 @@ impl<T> WaitQueues<T> {
                     .retain(|(id, seq)| waiters.get(id).is_some_and(|w| w.seq == *seq));
             }
         }
-        Some((waiter.name, waiter.payload))
+        Some((waiter.name, waiter.payload, was_head))
     }
 
     /// Whether client `id` waits somewhere.

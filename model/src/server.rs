@@ -25,7 +25,7 @@ use redislock_core::ephemeral;
 use redislock_core::error::LockError;
 use redislock_core::fence;
 use redislock_core::handoff::{Engine, Gate, Timer};
-use redislock_core::holds::Mode;
+use redislock_core::holds::{Holder, Holds, Mode};
 use redislock_core::lock::{self, Hold, Lock};
 use redislock_core::orchestrate::{self, Acquired, Event, Host, Lease, Left, Nil, Removal};
 use redislock_core::queue::LockName;
@@ -474,6 +474,40 @@ impl Host for Server<'_> {
         };
     }
 
+    fn take_holds(&mut self, lock: &mut usize) -> Result<Option<Holds>, LockError> {
+        Ok(self.current(lock)?.map(|current| {
+            let holder = Holder {
+                owner: current.owner.to_vec(),
+                hold: current.hold,
+                since: 0,
+            };
+            Holds::from_parts(Mode::Exclusive, vec![holder])
+        }))
+    }
+
+    /// This model's clients ask for exclusive holds only (the shared model
+    /// checks shared ones): no key of it is ever held shared.
+    fn is_shared(&self, _: &usize) -> bool {
+        false
+    }
+
+    fn write_holds(&mut self, lock: &mut usize, mut holds: Holds, event: Event) {
+        if holds.take_changes().is_empty() {
+            return;
+        }
+        if holds.is_empty() {
+            return self.remove(lock, orchestrate::removal(event));
+        }
+        match (holds.mode(), holds.only()) {
+            (Mode::Exclusive, Some(one)) => {
+                let (owner, hold) = (one.owner.clone(), one.hold);
+                self.write(lock, &owner, hold, Lease::Moved, event);
+            }
+            // Only a shared request makes holds shared, and none is made.
+            _ => self.s.broken.order = true,
+        }
+    }
+
     /// Removed while serving: the notification is not heard.
     fn remove(&mut self, lock: &mut usize, _: Removal) {
         self.s.remove(*lock);
@@ -485,6 +519,10 @@ impl Host for Server<'_> {
 
     fn issue_fence(&mut self, _now: u64) -> u64 {
         self.s.issue_fence()
+    }
+
+    fn raise_fences(&mut self, fence: u64) {
+        self.s.last_fence = self.s.last_fence.max(fence);
     }
 
     fn is_writer(&self) -> bool {
@@ -583,6 +621,13 @@ impl Host for Server<'_> {
             let (client, conn) = (handle.client, handle.conn);
             self.s.bind(client, conn, lock_index(name) as u8, fence);
         }
+    }
+
+    /// Only a shared hold makes a queued request refused; this model's
+    /// clients ask for exclusive holds alone, so a refusal is a flaw.
+    fn reply_refused(&mut self, _id: u64, handle: Handle, _error: LockError) {
+        self.s.broken.order = true;
+        self.s.answer(handle, Some(Reply::Nil));
     }
 
     fn reply_nil(&mut self, _id: u64, handle: Handle, why: Nil) {

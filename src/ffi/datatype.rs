@@ -133,7 +133,7 @@ impl StoredLock {
 
     /// Makes a shared value for Redis (`holds` has at least one holder).
     pub fn new_shared(holds: Holds) -> *mut c_void {
-        stats::SHARED_HELD.add(holds.holders().len() as i64);
+        stats::SHARED_HELD.add(holds.len() as i64);
         let value = Box::new(SharedLock {
             head: StoredLock {
                 fence: 0,
@@ -164,7 +164,7 @@ impl StoredLock {
             let len = (*value.cast::<StoredLock>()).owner_len;
             if len == SHARED_TAG {
                 let shared = Box::from_raw(value.cast::<SharedLock>());
-                stats::SHARED_HELD.add(-(shared.holds.holders().len() as i64));
+                stats::SHARED_HELD.add(-(shared.holds.len() as i64));
             } else if let Some(layout) = Self::layout(len as usize) {
                 alloc::dealloc(value.cast(), layout);
             }
@@ -179,6 +179,16 @@ impl StoredLock {
         // SAFETY: a header with the tag is the head of a `SharedLock`
         // (`repr(C)`, header first), alive as long as `self`.
         Some(unsafe { &(*(self as *const StoredLock).cast::<SharedLock>()).holds })
+    }
+
+    /// The holds of a shared value, to change in place (`None`: an
+    /// exclusive one).
+    pub fn shared_mut(&mut self) -> Option<&mut Holds> {
+        if self.owner_len != SHARED_TAG {
+            return None;
+        }
+        // SAFETY: as in `shared`; `&mut self` makes this the only borrow.
+        Some(unsafe { &mut (*(self as *mut StoredLock).cast::<SharedLock>()).holds })
     }
 
     /// The owner token (empty for a shared value: no owner is empty).
@@ -199,7 +209,7 @@ impl StoredLock {
     /// The reentrancy count (a shared value: its number of holders).
     pub fn count(&self) -> u64 {
         match self.shared() {
-            Some(holds) => holds.holders().len() as u64,
+            Some(holds) => holds.len() as u64,
             None => u64::from(self.count),
         }
     }
@@ -207,12 +217,7 @@ impl StoredLock {
     /// The fence (a shared value: the highest of its holders').
     pub fn fence(&self) -> u64 {
         match self.shared() {
-            Some(holds) => holds
-                .holders()
-                .iter()
-                .map(|h| h.hold.fence)
-                .max()
-                .unwrap_or(0),
+            Some(holds) => holds.holders().map(|h| h.hold.fence).max().unwrap_or(0),
             None => self.fence,
         }
     }
@@ -256,6 +261,29 @@ impl StoredLock {
         }
     }
 
+    /// Calls `f` with each hold's (fence, lease end), without allocating.
+    pub fn for_each_hold(&self, f: &mut dyn FnMut(u64, u64)) {
+        match self.shared() {
+            Some(holds) => {
+                for h in holds.holders() {
+                    f(h.hold.fence, h.hold.expires_at);
+                }
+            }
+            None => f(self.fence, self.lease()),
+        }
+    }
+
+    /// Each hold as (fence, lease end), for the hold-time record.
+    pub fn hold_ends(&self) -> Vec<(u64, u64)> {
+        match self.shared() {
+            Some(holds) => holds
+                .holders()
+                .map(|h| (h.hold.fence, h.hold.expires_at))
+                .collect(),
+            None => vec![(self.fence, self.lease())],
+        }
+    }
+
     /// Bytes this value takes, for `MEMORY USAGE`.
     pub fn size(&self) -> usize {
         match self.shared() {
@@ -263,7 +291,6 @@ impl StoredLock {
                 std::mem::size_of::<SharedLock>()
                     + holds
                         .holders()
-                        .iter()
                         .map(|h| std::mem::size_of::<Holder>() + h.owner.len())
                         .sum::<usize>()
             }
@@ -292,9 +319,11 @@ fn born(value: *mut c_void) -> *mut c_void {
 /// Makes a value holding `holds`: the compact exclusive one for a single
 /// exclusive holder, a shared one otherwise; null when there is no holder.
 pub fn new_value(holds: Holds) -> *mut c_void {
-    match (holds.mode(), holds.holders()) {
-        (_, []) => ptr::null_mut(),
-        (Mode::Exclusive, [one]) => StoredLock::new_raw(
+    if holds.is_empty() {
+        return ptr::null_mut();
+    }
+    match (holds.mode(), holds.only()) {
+        (Mode::Exclusive, Some(one)) => StoredLock::new_raw(
             &one.owner,
             one.hold.count,
             one.hold.fence,
@@ -608,7 +637,16 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                 raw::RedisModule_DigestAddLongLong,
                 raw::RedisModule_DigestEndSequence,
             ) {
-                for holder in lock.holds().holders() {
+                // The mode and limit first: a read lock, a semaphore and an
+                // exclusive hold with the same holder digest apart.
+                let holds = lock.holds();
+                let (mode, limit) = match holds.mode() {
+                    Mode::Exclusive => (0, 0),
+                    Mode::Shared { limit } => (1, limit.map_or(0, i64::from)),
+                };
+                add_ll(md, mode);
+                add_ll(md, limit);
+                for holder in holds.holders() {
                     let owner = &holder.owner;
                     add_buf(md, owner.as_ptr().cast_mut().cast(), owner.len());
                     add_ll(md, holder.hold.count as i64);
@@ -627,7 +665,9 @@ extern "C" fn free(value: *mut c_void) {
     // passes one this type created, alive until freed here.
     guard("free", (), || unsafe {
         if let Some(lock) = value.cast::<StoredLock>().as_ref() {
-            latency::value_freed(lock);
+            if latency::any_open() {
+                latency::value_freed(|each| lock.for_each_hold(each));
+            }
         }
         StoredLock::free_raw(value)
     });

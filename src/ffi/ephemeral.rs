@@ -35,10 +35,12 @@ use std::ptr;
 use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ephemeral::{self, Binding, Bindings};
+use crate::error::LockError;
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::waiting::{select_db, selected_db, Server};
+use crate::ffi::waiting::Server;
 use crate::ffi::writes_paused;
 use crate::ffi::{context_flags, create_timer, guard, partition, subscribe_to_server_event};
+use crate::ffi::{select_db, selected_db};
 use crate::orchestrate;
 use crate::queue::LockName;
 
@@ -75,11 +77,8 @@ fn name_of(ctx: &Context, key: &RedisString) -> LockName {
 /// sent `EXEC`. Nothing is bound for what replication or loading applies
 /// (those carry `LOCK.APPLY`, never this; the check is a second fence).
 ///
-/// Inside a script or a function the command's client is the server's
-/// script client, not the caller, and the module API offers no way to the
-/// caller: the hold is then an ordinary one (binding it to the script
-/// client, which never disconnects, would only make `LOCK.INFO` say
-/// `ephemeral` 1 of a hold that ends with its lease).
+/// Inside a script or a function nothing gets here: [`refuse_in_script`]
+/// turned the command away first.
 pub fn bind_caller(ctx: &Context, key: &RedisString, owner: &[u8], fence: u64) {
     let applied = raw::REDISMODULE_CTX_FLAGS_REPLICATED
         | raw::REDISMODULE_CTX_FLAGS_LOADING
@@ -93,6 +92,21 @@ pub fn bind_caller(ctx: &Context, key: &RedisString, owner: &[u8], fence: u64) {
     if id != 0 {
         bind(ctx.ctx, id, name_of(ctx, key), owner, fence);
     }
+}
+
+/// `EPHEMERAL` asked inside a Lua script or a function: refused. There the
+/// command's client is the server's script client, not the caller, and the
+/// module API offers no way to the caller; binding the script client (which
+/// never disconnects) or holding as an ordinary hold would both leave the
+/// caller believing its hold ends with its connection. What replication or
+/// loading applies is never refused (it carries `LOCK.APPLY` anyway).
+pub fn refuse_in_script(ctx: &Context) -> Result<(), LockError> {
+    let flags = context_flags(ctx.ctx);
+    let applied = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if flags & raw::REDISMODULE_CTX_FLAGS_LUA as c_int != 0 && flags & applied as c_int == 0 {
+        return Err(LockError::EphemeralInScript);
+    }
+    Ok(())
 }
 
 /// Binds `owner`'s fresh hold of `name` (with `fence`) to client `id`.

@@ -7,11 +7,13 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::args::ShareChange;
 use crate::error::LockError;
 use crate::ffi::datatype::{self, raw_type, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::{now_ms, propagation};
-use crate::holds::{Holds, Mode};
+use crate::holds::{Changes, Holder, Holds, Mode};
 use crate::lock::{self, Hold, Lock};
+use crate::stats;
 
 /// `RedisModule_Replicate`'s type.
 type ReplicateFn = unsafe extern "C" fn(
@@ -23,6 +25,17 @@ type ReplicateFn = unsafe extern "C" fn(
 
 /// `PTTL`'s "no expiry", and ours for a lock someone `PERSIST`ed.
 const NO_EXPIRE: i64 = -1;
+
+/// The holds in a key as (fence, lease end) each, in plain numbers: what
+/// the hold-time record compares before and after a write.
+pub enum HoldEnds {
+    /// No lock there.
+    Free,
+    /// One exclusive hold (read without allocating).
+    One(u64, u64),
+    /// Shared holds.
+    Many(Vec<(u64, u64)>),
+}
 
 /// An open key, closed on drop.
 pub struct LockKey<'a> {
@@ -190,13 +203,25 @@ impl<'a> LockKey<'a> {
         }))
     }
 
+    /// The holds here in plain numbers ([`HoldEnds`]).
+    pub fn hold_ends(&self) -> HoldEnds {
+        match self.stored() {
+            Ok(Some(value)) if value.shared().is_none() => {
+                HoldEnds::One(value.fence(), value.lease())
+            }
+            Ok(Some(value)) => HoldEnds::Many(value.hold_ends()),
+            _ => HoldEnds::Free,
+        }
+    }
+
     /// Whether the key holds a shared lock.
     pub fn is_shared(&self) -> bool {
         matches!(self.stored(), Ok(Some(stored)) if stored.shared().is_some())
     }
 
     /// The holds here, of either mode (`None`: free), each ending at the
-    /// earlier of its lease and the key's expiry.
+    /// earlier of its lease and the key's expiry. A copy: for reading them
+    /// all (`LOCK.INFO`); a change takes them ([`LockKey::take_holds`]).
     pub fn holds(&self) -> Result<Option<Holds>, LockError> {
         let Some(stored) = self.stored()? else {
             return Ok(None);
@@ -206,7 +231,6 @@ impl<'a> LockKey<'a> {
         let mode = holds.mode();
         let holders = holds
             .holders()
-            .iter()
             .map(|h| {
                 let mut h = h.clone();
                 h.hold.expires_at = lock::lease_end(h.hold.expires_at, expiry);
@@ -216,46 +240,161 @@ impl<'a> LockKey<'a> {
         Ok(Some(Holds::from_parts(mode, holders)))
     }
 
-    /// Stores `holds` decided here (the key goes if none is left), sets the
-    /// key's TTL to their latest lease, and replicates the whole state.
-    pub fn store_holds(&mut self, holds: Holds) {
-        let Some(latest) = holds.latest_lease() else {
-            self.delete();
-            return;
+    /// Takes the holds out to decide over them, without copying a shared
+    /// lock's: its value keeps an empty list until [`LockKey::put_holds`]
+    /// puts them back (nothing reads the key in between). An exclusive
+    /// value is read into one holder, its lease ending at the earlier of
+    /// the stored one and the key's expiry.
+    pub fn take_holds(&mut self) -> Result<Option<Holds>, LockError> {
+        let value = self.value_ptr()?;
+        // SAFETY: the key's live value; `&mut self` makes this the only borrow.
+        let Some(stored) = (unsafe { value.as_mut() }) else {
+            return Ok(None);
         };
-        if holds.mode() == Mode::Exclusive {
-            if let [one] = holds.holders() {
-                let value = StoredLock::new_raw(
-                    &one.owner,
-                    one.hold.count,
-                    one.hold.fence,
-                    one.hold.expires_at,
-                    one.since,
-                );
-                self.replace_or_set(value);
-                self.set_expiry(latest);
-                self.replicate_apply(&one.owner, one.hold);
-                return;
+        if let Some(holds) = stored.shared_mut() {
+            let taken = std::mem::take(holds);
+            stats::SHARED_HELD.add(-(taken.len() as i64));
+            return Ok(Some(taken));
+        }
+        let mut holds = stored.holds();
+        let expiry = self.expires_at();
+        if let Some(one) = holds.only().cloned() {
+            let lease = lock::lease_end(one.hold.expires_at, expiry);
+            if lease != one.hold.expires_at {
+                let hold = Hold {
+                    expires_at: lease,
+                    ..one.hold
+                };
+                holds = Holds::from_parts(Mode::Exclusive, vec![Holder { hold, ..one }]);
             }
         }
-        let args = datatype::shared_apply_args(&holds);
-        self.replace_or_set(StoredLock::new_shared(holds));
-        self.set_expiry(latest);
-        self.propagate(|ctx, rep| {
-            // SAFETY: "sv": the live key name, then an array of live strings
-            // and its length; Redis copies them.
-            unsafe {
-                rep(
-                    ctx,
-                    c"LOCK.APPLY".as_ptr(),
-                    c"sv".as_ptr(),
-                    self.name.inner(),
-                    args.as_ptr(),
-                    args.len(),
-                );
+        Ok(Some(holds))
+    }
+
+    /// Puts back holds taken by [`LockKey::take_holds`]. `changes`: what
+    /// changed meanwhile (empty: they go back as they were). A changed lock
+    /// is stored — a single exclusive hold as the compact value, shared ones
+    /// in place — its TTL set to the latest lease (a shorter TTL someone
+    /// set is kept for the holds that did not change), and each changed
+    /// owner's hold is sent to replicas and the AOF: `LOCK.APPLY key SHARE
+    /// limit owner count fence lease since`, or `LOCK.APPLY key UNSHARE
+    /// owner` for a hold that ended. An exclusive hold goes as its own full
+    /// form. The caller deletes a lock left with no hold.
+    pub fn put_holds(&mut self, holds: Holds, changes: &Changes) {
+        let value = self.value_ptr().ok().unwrap_or(std::ptr::null_mut());
+        // SAFETY: the key's live value; `&mut self` makes this the only borrow.
+        let stored = unsafe { value.as_mut() };
+        if changes.is_empty() {
+            if let Some(place) = stored.and_then(StoredLock::shared_mut) {
+                stats::SHARED_HELD.add(holds.len() as i64);
+                *place = holds;
             }
-        });
-        datatype::free_strings(args);
+            return;
+        }
+        let Some(latest) = holds.latest_lease() else {
+            return;
+        };
+        if let (Mode::Exclusive, Some(one)) = (holds.mode(), holds.only()) {
+            let value = StoredLock::new_raw(
+                &one.owner,
+                one.hold.count,
+                one.hold.fence,
+                one.hold.expires_at,
+                one.since,
+            );
+            self.replace_or_set(value);
+            self.set_expiry(latest);
+            self.replicate_apply(&one.owner, one.hold);
+            return;
+        }
+        // The holds that did not change keep a shorter TTL someone set.
+        let moved = changes
+            .owners
+            .iter()
+            .filter_map(|owner| holds.get(owner))
+            .map(|h| h.hold.expires_at)
+            .max();
+        let expiry = match self.expires_at() {
+            Some(at) if at < latest => at.max(moved.unwrap_or(0)),
+            _ => latest,
+        };
+        let limit = match holds.mode() {
+            Mode::Shared { limit } => limit.map_or(0, i64::from),
+            Mode::Exclusive => 0,
+        };
+        let effects: Vec<(Vec<u8>, Option<Holder>)> = changes
+            .owners
+            .iter()
+            .map(|owner| (owner.clone(), holds.get(owner).cloned()))
+            .collect();
+        match stored.and_then(StoredLock::shared_mut) {
+            Some(place) => {
+                stats::SHARED_HELD.add(holds.len() as i64);
+                *place = holds;
+            }
+            None => self.replace_or_set(StoredLock::new_shared(holds)),
+        }
+        if self.expires_at() != Some(expiry) {
+            self.set_expiry(expiry);
+        }
+        for (owner, now) in effects {
+            self.replicate_share(limit, &owner, now.as_ref());
+        }
+    }
+
+    /// Applies one owner's change as a master sent it (`LOCK.APPLY key SHARE
+    /// …` / `UNSHARE …`): the key goes with its last hold; its TTL follows
+    /// as on the master.
+    pub fn apply_share(&mut self, change: ShareChange<'_>) {
+        let mut holds = match self.take_holds() {
+            Ok(Some(holds)) if holds.mode() != Mode::Exclusive => holds,
+            // A free key, or an exclusive hold the master has replaced.
+            Ok(Some(_)) | Ok(None) => Holds::free(),
+            Err(_) => return,
+        };
+        match change {
+            ShareChange::Share(mode, holder) => holds.put(mode, holder),
+            ShareChange::Unshare(owner) => {
+                holds.end(owner);
+            }
+        }
+        let changes = holds.take_changes();
+        if holds.is_empty() {
+            if matches!(self.value_ptr(), Ok(value) if !value.is_null()) {
+                // SAFETY: the key is open for writing.
+                unsafe {
+                    if let Some(del) = raw::RedisModule_DeleteKey {
+                        del(self.key);
+                    }
+                }
+                self.expiry.set(Some(None));
+            }
+            return;
+        }
+        let value = self.value_ptr().ok().unwrap_or(std::ptr::null_mut());
+        // SAFETY: the key's live value; `&mut self` makes this the only borrow.
+        let stored = unsafe { value.as_mut() };
+        let latest = holds.latest_lease().unwrap_or(0);
+        let moved = changes
+            .owners
+            .iter()
+            .filter_map(|owner| holds.get(owner))
+            .map(|h| h.hold.expires_at)
+            .max();
+        match stored.and_then(StoredLock::shared_mut) {
+            Some(place) => {
+                stats::SHARED_HELD.add(holds.len() as i64);
+                *place = holds;
+            }
+            None => self.replace_or_set(StoredLock::new_shared(holds)),
+        }
+        let expiry = match self.expires_at() {
+            Some(at) if at < latest => at.max(moved.unwrap_or(0)),
+            _ => latest,
+        };
+        if self.expires_at() != Some(expiry) {
+            self.set_expiry(expiry);
+        }
     }
 
     /// Stores holds decided elsewhere (the shared form of `LOCK.APPLY`),
@@ -480,6 +619,46 @@ impl<'a> LockKey<'a> {
                     at,
                 );
             }
+        });
+    }
+
+    /// Sends one owner's share: `LOCK.APPLY key SHARE limit owner count
+    /// fence lease since`, or `LOCK.APPLY key UNSHARE owner` once it ended.
+    fn replicate_share(&self, limit: i64, owner: &[u8], now: Option<&Holder>) {
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.propagate(|ctx, rep| match now {
+            // SAFETY: the format "sclbllll" matches the arguments: the key
+            // name, a C string, a long long, an owner (pointer, length) and
+            // four long longs. Redis copies them into its own objects.
+            Some(h) => unsafe {
+                rep(
+                    ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sclbllll".as_ptr(),
+                    self.name.inner(),
+                    c"SHARE".as_ptr(),
+                    limit,
+                    owner.as_ptr(),
+                    owner.len(),
+                    clamp(h.hold.count),
+                    clamp(h.hold.fence),
+                    clamp(h.hold.expires_at),
+                    clamp(h.since),
+                );
+            },
+            // SAFETY: "scb": the key name, a C string, an owner (pointer,
+            // length).
+            None => unsafe {
+                rep(
+                    ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"scb".as_ptr(),
+                    self.name.inner(),
+                    c"UNSHARE".as_ptr(),
+                    owner.as_ptr(),
+                    owner.len(),
+                );
+            },
         });
     }
 

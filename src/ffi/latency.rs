@@ -14,9 +14,9 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crate::ffi::datatype::StoredLock;
-use crate::ffi::key::LockKey;
+use crate::ffi::key::{HoldEnds, LockKey};
 use crate::ffi::now_ms;
+use crate::holds::Changes;
 use crate::latency::{self, HOLDS, WAIT_USEC};
 
 /// Microseconds on a monotonic clock (since the module first asked).
@@ -36,45 +36,13 @@ fn late_us(lease_ms: u64, now_ms: u64) -> u64 {
     now_ms.saturating_sub(lease_ms).saturating_mul(1000)
 }
 
-/// Calls `f` with each hold's (fence, lease end) in `value`.
-fn for_each_hold(value: &StoredLock, mut f: impl FnMut(u64, u64)) {
-    match value.shared() {
-        Some(holds) => {
-            for holder in holds.holders() {
-                f(holder.hold.fence, holder.hold.expires_at);
-            }
-        }
-        None => f(value.fence(), value.lease()),
-    }
-}
-
-/// Each hold in `value` as (fence, lease end).
-fn holds_of(value: &StoredLock) -> Vec<(u64, u64)> {
-    let mut holds = Vec::new();
-    for_each_hold(value, |fence, lease| holds.push((fence, lease)));
-    holds
-}
-
 /// The holds in a key before the module writes it, to compare with after.
-pub enum Tracked {
-    /// No lock there.
-    Free,
-    /// One exclusive hold: (fence, lease end). Compared without allocating.
-    One(u64, u64),
-    /// Shared holds: (fence, lease end) each.
-    Many(Vec<(u64, u64)>),
-}
+pub struct Tracked(HoldEnds);
 
 impl Tracked {
     /// Notes what `key` holds now.
     pub fn before(key: &LockKey) -> Tracked {
-        match key.stored() {
-            Ok(Some(value)) if value.shared().is_none() => {
-                Tracked::One(value.fence(), value.lease())
-            }
-            Ok(Some(value)) => Tracked::Many(holds_of(value)),
-            _ => Tracked::Free,
-        }
+        Tracked(key.hold_ends())
     }
 
     /// The write is done: holds whose fence went ended, new fences began
@@ -82,20 +50,25 @@ impl Tracked {
     /// grant made here). `raised`: `LOCK.FENCE` moved one hold's fence
     /// (from, to), and that hold goes on.
     pub fn after(self, key: &LockKey, raised: Option<(u64, u64)>) {
-        let stored = key.stored().ok().flatten();
-        let mut before = match (self, stored) {
+        let stored = key.hold_ends();
+        let mut before = match (self.0, &stored) {
             // A lock taken while free (the common case): every hold now
             // there begins, with no comparing.
-            (Tracked::Free, Some(value)) => {
-                let now = now_us();
-                for_each_hold(value, |fence, _| HOLDS.begin(fence, now));
+            (HoldEnds::Free, HoldEnds::One(fence, _)) => {
+                HOLDS.begin(*fence, now_us());
                 return;
             }
-            (Tracked::Free, None) => return,
+            (HoldEnds::Free, HoldEnds::Many(holds)) => {
+                let now = now_us();
+                for &(fence, _) in holds {
+                    HOLDS.begin(fence, now);
+                }
+                return;
+            }
+            (HoldEnds::Free, HoldEnds::Free) => return,
             // One exclusive hold before and after: the same hold, a raised
             // fence, or a hand-off in place.
-            (Tracked::One(old, lease), Some(value)) if value.shared().is_none() => {
-                let new = value.fence();
+            (HoldEnds::One(old, lease), &HoldEnds::One(new, _)) => {
                 if raised == Some((old, new)) {
                     HOLDS.raised(old, new);
                 } else if old != new {
@@ -103,10 +76,14 @@ impl Tracked {
                 }
                 return;
             }
-            (Tracked::One(fence, lease), _) => vec![(fence, lease)],
-            (Tracked::Many(holds), _) => holds,
+            (HoldEnds::One(fence, lease), _) => vec![(fence, lease)],
+            (HoldEnds::Many(holds), _) => holds,
         };
-        let after = stored.map(holds_of).unwrap_or_default();
+        let after = match stored {
+            HoldEnds::Free => Vec::new(),
+            HoldEnds::One(fence, lease) => vec![(fence, lease)],
+            HoldEnds::Many(holds) => holds,
+        };
         let mut before_fences: Vec<u64> = before.iter().map(|h| h.0).collect();
         let mut after_fences: Vec<u64> = after.iter().map(|h| h.0).collect();
         let (mut ended, mut begun) = latency::changes(&mut before_fences, &mut after_fences);
@@ -133,14 +110,34 @@ impl Tracked {
     }
 }
 
-/// A lock value leaves Redis (its key deleted, expired, overwritten or
-/// flushed; possibly on a lazy-free thread): its holds end.
-pub fn value_freed(value: &StoredLock) {
-    if HOLDS.open() == 0 {
-        return;
-    }
+/// A change the module made to a lock's holds ([`Changes`]): the holds
+/// that began, ended (each counted up to its lease end if that came
+/// first) and had their fence raised.
+pub fn holds_changed(changes: &Changes) {
     let (now, now_ms) = (now_us(), now_ms());
-    for_each_hold(value, |fence, lease| {
+    for &(from, to) in &changes.raised {
+        HOLDS.raised(from, to);
+    }
+    for &(fence, lease) in &changes.ended {
+        HOLDS.end(fence, now, late_us(lease, now_ms));
+    }
+    for &fence in &changes.began {
+        HOLDS.begin(fence, now);
+    }
+}
+
+/// Whether any hold's start is on record (a value freed with none needs no
+/// look at its holds).
+pub fn any_open() -> bool {
+    HOLDS.open() > 0
+}
+
+/// A lock value left Redis (its key deleted, expired, overwritten or
+/// flushed; possibly on a lazy-free thread): its holds end. `holds` calls
+/// its argument with each hold's (fence, lease end), in plain numbers.
+pub fn value_freed(holds: impl FnOnce(&mut dyn FnMut(u64, u64))) {
+    let (now, now_ms) = (now_us(), now_ms());
+    holds(&mut |fence, lease| {
         HOLDS.end(fence, now, late_us(lease, now_ms));
     });
 }

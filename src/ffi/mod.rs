@@ -247,3 +247,17 @@ thread_local! {
     /// live on another node (see `orchestrate::serve`).
     static CLUSTER_MODE: Cell<bool> = const { Cell::new(false) };
 }
+
+/// The database `ctx` works in.
+pub(crate) fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
+    // SAFETY: a live context.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
+}
+
+/// Makes `ctx` work in database `db`.
+pub(crate) fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
+    // SAFETY: a live context; an index that no longer exists fails harmlessly.
+    unsafe {
+        raw::RedisModule_SelectDb.map(|f| f(ctx, db));
+    }
+}

@@ -64,6 +64,7 @@ use crate::ffi::key::LockKey;
 use crate::ffi::latency::{self, Tracked};
 use crate::ffi::{self, config, ephemeral, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
+use crate::ffi::{select_db, selected_db};
 use crate::handoff::{Deadlines, Engine, Gate, Timer};
 use crate::holds::{Holds, Mode};
 use crate::lock::{Hold, Lock};
@@ -108,6 +109,8 @@ pub struct Parked {
 enum Outcome {
     Granted(u64),
     TimedOut,
+    /// Refused when it reached the head of the queue (the upgrade error).
+    Refused(LockError),
     /// The lock moved to another cluster node: an error such as
     /// `ASK slot host:port` that a cluster client follows.
     Redirect(CString),
@@ -296,22 +299,30 @@ impl<'c> Host for Server<'c> {
         key.current()
     }
 
-    fn holds(&self, key: &LockKey<'c>) -> Result<Option<Holds>, LockError> {
-        key.holds()
+    fn take_holds(&mut self, key: &mut LockKey<'c>) -> Result<Option<Holds>, LockError> {
+        key.take_holds()
     }
 
     fn is_shared(&self, key: &LockKey<'c>) -> bool {
         key.is_shared()
     }
 
-    fn write_holds(&mut self, key: &mut LockKey<'c>, holds: Holds, event: Event) {
-        if holds.holders().is_empty() {
-            return self.remove(key, Removal::Released);
+    fn write_holds(&mut self, key: &mut LockKey<'c>, mut holds: Holds, event: Event) {
+        let changes = holds.take_changes();
+        if !changes.is_empty() {
+            latency::holds_changed(&changes);
         }
-        let tracked = Tracked::before(key);
-        key.store_holds(holds);
-        tracked.after(key, None);
-        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
+        let none_left = holds.is_empty();
+        key.put_holds(holds, &changes);
+        if changes.is_empty() {
+            return;
+        }
+        if none_left {
+            return self.remove(key, orchestrate::removal(event));
+        }
+        if let Some(name) = event_name(event) {
+            key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
+        }
     }
 
     fn expires_at(&self, key: &LockKey<'c>) -> Option<u64> {
@@ -334,14 +345,25 @@ impl<'c> Host for Server<'c> {
             key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
         }
         // A fresh hold (granted, or handed over in place) begins, and
-        // ends the one it replaces; other changes keep the fence.
-        let tracked =
-            matches!(event, Event::Acquire | Event::HandOver).then(|| Tracked::before(key));
+        // ends the one it replaces; a fence raised goes on; other changes
+        // keep the fence.
+        let tracked = matches!(event, Event::Acquire | Event::HandOver | Event::Fence)
+            .then(|| Tracked::before(key));
+        let raised = (event == Event::Fence)
+            .then(|| {
+                key.current()
+                    .ok()
+                    .flatten()
+                    .map(|lock| (lock.hold.fence, hold.fence))
+            })
+            .flatten();
         key.apply(owner, hold, lease);
         if let Some(tracked) = tracked {
-            tracked.after(key, None);
+            tracked.after(key, raised);
         }
-        key.notify(raw::REDISMODULE_NOTIFY_MODULE, event_name(event));
+        if let Some(name) = event_name(event) {
+            key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
+        }
     }
 
     fn remove(&mut self, key: &mut LockKey<'c>, how: Removal) {
@@ -368,6 +390,10 @@ impl<'c> Host for Server<'c> {
 
     fn issue_fence(&mut self, now: u64) -> u64 {
         fence::issue(now)
+    }
+
+    fn raise_fences(&mut self, fence: u64) {
+        fence::observe(fence);
     }
 
     fn is_writer(&self) -> bool {
@@ -429,6 +455,11 @@ impl<'c> Host for Server<'c> {
         answer_granted(self.ctx.ctx, id, handle.client, fence);
     }
 
+    fn reply_refused(&mut self, id: u64, handle: Parked, error: LockError) {
+        forget_deadline(id, handle.deadline);
+        handle.client.unblock(Some(Outcome::Refused(error)));
+    }
+
     fn reply_nil(&mut self, id: u64, handle: Parked, why: Nil) {
         match why {
             Nil::Refused => {
@@ -458,15 +489,16 @@ impl<'c> Host for Server<'c> {
     }
 }
 
-/// The keyspace event a change is announced with.
-fn event_name(event: Event) -> &'static std::ffi::CStr {
-    match event {
+/// The keyspace event a change is announced with, if any.
+fn event_name(event: Event) -> Option<&'static std::ffi::CStr> {
+    Some(match event {
         Event::Acquire | Event::HandOver => c"lock.acquire",
         Event::Reenter => c"lock.reenter",
         Event::Release => c"lock.release",
         Event::Renew => c"lock.renew",
         Event::Fence => c"lock.fence",
-    }
+        Event::SharesEnded | Event::Revoked => return None,
+    })
 }
 
 /// Blocks the calling client (no server-side timeout: its `WAIT` deadline,
@@ -773,10 +805,9 @@ extern "C" fn timeout_cb(
             with(|e| e.replied(id));
             return client.unblock(None);
         }
-        let waiter = with(|e| e.leave(id));
+        let waiter = orchestrate::unblocked(&mut Server::outside_command(&Context::new(ctx)), id);
         reply(ctx, Some(&Outcome::TimedOut));
         if let Some(waiter) = waiter {
-            stats::WAITING.add(-1);
             forget_deadline(id, waiter.handle.deadline);
             // The reply is written; Redis needs the handle back to free it.
             waiter.handle.client.unblock(None);
@@ -845,6 +876,10 @@ fn reply(ctx: *mut raw::RedisModuleCtx, outcome: Option<&Outcome>) {
             Some(Outcome::Redirect(error)) => {
                 raw::RedisModule_ReplyWithError.map(|f| f(ctx, error.as_ptr()));
             }
+            Some(Outcome::Refused(error)) => {
+                let text = CString::new(error.message()).unwrap_or_default();
+                raw::RedisModule_ReplyWithError.map(|f| f(ctx, text.as_ptr()));
+            }
             Some(Outcome::TimedOut) | None => {
                 raw::RedisModule_ReplyWithNull.map(|f| f(ctx));
             }
@@ -870,21 +905,5 @@ fn unblock_raw(client: NonNull<raw::RedisModuleBlockedClient>, outcome: Option<O
     // unblocked: each BlockedClient is consumed by its one unblock.
     unsafe {
         raw::RedisModule_UnblockClient.map(|f| f(client.as_ptr(), data));
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Small helpers.
-// ---------------------------------------------------------------------------
-
-pub(crate) fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
-    // SAFETY: a live context.
-    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
-}
-
-pub(crate) fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) {
-    // SAFETY: a live context; an index that no longer exists fails harmlessly.
-    unsafe {
-        raw::RedisModule_SelectDb.map(|f| f(ctx, db));
     }
 }

@@ -455,20 +455,40 @@ fn a_holder_that_leaves_during_a_write_pause_is_ended_after_it() {
     assert_eq!(disconnect_released(&server), 1);
 }
 
+/// Inside a script or a function the module sees the server's script
+/// client, not the caller, so it cannot bind the caller's connection:
+/// `EPHEMERAL` is refused there with an error that names it, and nothing
+/// is held (never silently an ordinary hold). Without it the same script
+/// takes an ordinary hold.
 #[test]
-fn a_script_cannot_bind_its_callers_connection() {
-    // Inside a script the module sees the server's script client, not the
-    // caller: the hold is an ordinary one.
+fn a_script_or_function_asking_ephemeral_is_refused_and_holds_nothing() {
     let server = Server::start();
     let mut conn = server.conn();
-    let id = client_id(&mut conn);
-    let script = "return redis.call('LOCK.ACQUIRE', KEYS[1], 'o', ARGV[1], 'EPHEMERAL')";
-    let reply = conn.call(&["EVAL", script, "1", "s", &LEASE.to_string()]);
-    fence_of(&reply);
-    assert_eq!(bound(&server, "s"), [("o".to_string(), false)]);
-    drop(conn);
-    wait_closed(&server, id);
-    assert_eq!(owner_of(&server, "s").as_deref(), Some("o"));
+    let lease = LEASE.to_string();
+    let script = "return redis.call('LOCK.ACQUIRE', KEYS[1], 'o', ARGV[1], unpack(ARGV, 2))";
+    let library = "#!lua name=locks\n\
+        redis.register_function('take', function(keys, args) \
+        return redis.call('LOCK.ACQUIRE', keys[1], 'o', unpack(args)) end)";
+    let _: String = conn.value(&["FUNCTION", "LOAD", library]);
+    let calls: [(&str, Vec<&str>); 2] = [
+        ("s", vec!["EVAL", script, "1", "s", &lease]),
+        ("f", vec!["FCALL", "take", "1", "f", &lease]),
+    ];
+    for (key, call) in calls {
+        for opts in [
+            &["EPHEMERAL"][..],
+            &["SHARED", "EPHEMERAL"],
+            &["EPHEMERAL", "WAIT", "100"],
+        ] {
+            let mut args = call.clone();
+            args.extend_from_slice(opts);
+            let err = conn.call(&args).expect_err("EPHEMERAL refused in a script");
+            assert!(err.contains("EPHEMERAL"), "{key} {opts:?}: {err}");
+            assert_eq!(server.lock_info(key), None, "{key} {opts:?}: nothing held");
+        }
+        fence_of(&conn.call(&call));
+        assert_eq!(bound(&server, key), [("o".to_string(), false)]);
+    }
 }
 
 /// How long `CLIENT KILL` took, in µs by the server's own count

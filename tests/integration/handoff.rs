@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::harness::{handed_fence, wait_on, wait_until, Call, LockInfo, Reply, Server, LONG};
+use crate::harness::{
+    events_until, handed_fence, wait_on, wait_until, Call, LockInfo, Reply, Server, LONG,
+};
 
 /// How long a test waits for something that should happen at once.
 const SOON: Duration = Duration::from_secs(5);
@@ -298,31 +300,6 @@ fn a_release_and_its_hand_off_reach_the_aof_in_one_transaction() {
         "the hand-off: {}",
         show(grant_unit)
     );
-}
-
-/// The keyevent names a subscriber sees for `key` from `listener` (already
-/// subscribed to `__keyevent@0__:*`) until `last` arrives for it.
-fn events_until(listener: &mut redis::Connection, key: &str, last: &str) -> Vec<String> {
-    fn text(value: &Value) -> Option<String> {
-        match value {
-            Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-            _ => None,
-        }
-    }
-    listener.set_read_timeout(Some(SOON)).expect("read timeout");
-    let mut events = Vec::new();
-    while events.last().map(String::as_str) != Some(last) {
-        let message = listener.recv_response().expect("a notification");
-        let Value::Array(parts) = &message else {
-            panic!("not a pubsub message: {message:?}");
-        };
-        if parts.get(3).and_then(text).as_deref() != Some(key) {
-            continue;
-        }
-        let channel = parts.get(2).and_then(text).unwrap_or_default();
-        events.push(channel.trim_start_matches("__keyevent@0__:").to_string());
-    }
-    events
 }
 
 #[test]

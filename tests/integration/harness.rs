@@ -18,7 +18,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::thread::{self, JoinHandle};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 // The whole kit, under the names the areas have always used (`Server`,
 // `Call`, `wait_until`, `wait_on`, …), so an area imports from one place.
@@ -94,4 +94,31 @@ pub const CLOCK_SHIFT: u32 = 10;
 /// The clock floor of a fence issued at `ms`: `ms × 2^10` (fencing).
 pub fn clock_floor(ms: i64) -> i64 {
     ms << CLOCK_SHIFT
+}
+
+/// The keyevent names a subscriber sees for `key` from `listener` (already
+/// subscribed to `__keyevent@0__:*`) until `last` arrives for it.
+pub fn events_until(listener: &mut redis::Connection, key: &str, last: &str) -> Vec<String> {
+    fn text(value: &redis::Value) -> Option<String> {
+        match value {
+            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            _ => None,
+        }
+    }
+    listener
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    let mut events = Vec::new();
+    while events.last().map(String::as_str) != Some(last) {
+        let message = listener.recv_response().expect("a notification");
+        let redis::Value::Array(parts) = &message else {
+            panic!("not a pubsub message: {message:?}");
+        };
+        if parts.get(3).and_then(text).as_deref() != Some(key) {
+            continue;
+        }
+        let channel = parts.get(2).and_then(text).unwrap_or_default();
+        events.push(channel.trim_start_matches("__keyevent@0__:").to_string());
+    }
+    events
 }

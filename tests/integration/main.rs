@@ -92,6 +92,10 @@ mod sentinel;
 mod servers;
 /// Shared holds: read-write locks and semaphores, one queue for both modes.
 mod shared;
+/// What a shared lock's events cost: a hand-off and a refused try behind
+/// few or many waiters, one reader's change beside few or many readers,
+/// measured at two sizes in one run; the bytes replicas receive for it.
+mod shared_cost;
 /// Shared holds under stress: reader, writer and permit worker processes
 /// (`examples/shared_worker.rs`) stopped past their lease and killed while
 /// holding, judged by a fenced store and its log kept in the server; under

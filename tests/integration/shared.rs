@@ -492,3 +492,173 @@ fn a_shared_grant_cut_by_unblock_error_is_gone_for_the_very_next_command() {
         assert_eq!(server.lock_info(key), None, "{key} after the MULTI");
     }
 }
+
+/// A blocking `LOCK.ACQUIRE key owner LONG [options] WAIT wait_ms` sent on a
+/// connection of its own, once the server shows it waiting; returns that
+/// connection (to read its reply, or to drop) and its client id.
+fn queued(
+    server: &Server,
+    key: &str,
+    owner: &str,
+    opts: &[&str],
+    wait_ms: i64,
+) -> (redis::Connection, i64) {
+    let before = waiters(server, key);
+    let mut conn = server.conn();
+    let id = conn.int(&["CLIENT", "ID"]);
+    let long = LONG.to_string();
+    let wait = wait_ms.to_string();
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(&[key, owner, &long])
+        .arg(opts)
+        .arg(&["WAIT", &wait]);
+    conn.send_packed_command(&cmd.get_packed_command())
+        .expect("send the wait");
+    wait_until(&format!("{owner} waits on {key}"), SOON, || {
+        waiters(server, key) == before + 1
+    });
+    (conn, id)
+}
+
+/// A reader that waited only behind a writer joins the readers holding the
+/// lock as soon as the writer leaves the queue — by its timeout, `CLIENT
+/// UNBLOCK` or a disconnect — for a read lock and a semaphore alike; it is
+/// not left waiting for the next holder's command or lease end.
+#[test]
+fn readers_behind_a_writer_that_leaves_the_queue_are_granted_at_once() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for (key, opts) in [("rw", &["SHARED"][..]), ("sem", &["SHARED", "LIMIT", "3"])] {
+        for how in ["timeout", "unblock", "disconnect"] {
+            let key = format!("{key}:{how}");
+            fence_of(&acquire(&mut c, &key, "a", LONG, opts));
+            let wait_ms = if how == "timeout" { 300 } else { 0 };
+            let (writer, writer_id) = queued(&server, &key, "w", &[], wait_ms);
+            let (mut reader, _) = queued(&server, &key, "r", opts, 0);
+            match how {
+                "unblock" => {
+                    c.int(&["CLIENT", "UNBLOCK", &writer_id.to_string()]);
+                }
+                "disconnect" => {
+                    c.int(&["CLIENT", "KILL", "ID", &writer_id.to_string()]);
+                }
+                _ => {}
+            }
+            // A's lease is ten minutes: only the writer's leaving can let r in.
+            reader
+                .set_read_timeout(Some(Duration::from_secs(3)))
+                .expect("read timeout");
+            let granted = reader.recv_response();
+            assert!(
+                matches!(granted, Ok(Value::Int(_))),
+                "{key}: the reader behind the writer got {granted:?}"
+            );
+            assert_eq!(holders(&server, &key), ["a", "r"], "{key}");
+            assert_eq!(waiters(&server, &key), 0, "{key}");
+            // A newcomer is not turned away by a queue that is empty now.
+            fence_of(&acquire(&mut c, &key, "n", LONG, opts));
+            drop(writer);
+        }
+    }
+}
+
+/// One shared hold's lease ends while another remains: that share ends,
+/// and nothing is announced as acquired (nothing was).
+#[test]
+fn a_shared_hold_whose_lease_ends_beside_others_announces_no_acquisition() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = c.value(&["CONFIG", "SET", "notify-keyspace-events", "Egxdn"]);
+    let mut listener = server.conn();
+    let _: Value = redis::cmd("PSUBSCRIBE")
+        .arg("__keyevent@0__:*")
+        .query(&mut listener)
+        .expect("PSUBSCRIBE");
+    fence_of(&acquire(&mut c, "e", "long", LONG, &["SHARED"]));
+    fence_of(&acquire(&mut c, "e", "short", 100, &["SHARED"]));
+    assert_eq!(
+        events_until(&mut listener, "e", "lock.acquire"),
+        ["new", "lock.acquire"]
+    );
+    assert_eq!(
+        events_until(&mut listener, "e", "lock.acquire"),
+        ["lock.acquire"]
+    );
+    wait_until("the short hold ends", SOON, || {
+        server.info_int("lock", "lock_shared_held") == 1
+    });
+    c.int(&["LOCK.RENEW", "e", "long", &LONG.to_string()]);
+    assert_eq!(
+        events_until(&mut listener, "e", "lock.renew"),
+        ["lock.renew"],
+        "events between the two: the end of a share is no acquisition"
+    );
+}
+
+/// `DEBUG DIGEST-VALUE` tells an exclusive hold, a read lock and a
+/// semaphore apart though owner, count, fence and lease are the same: the
+/// three are made by `RESTORE` from one payload that differs only in the
+/// mode and limit (checksums off).
+#[test]
+fn the_digest_covers_mode_and_limit() {
+    let server = Server::start();
+    let mut c = server.conn();
+    fence_of(&acquire(
+        &mut c,
+        "src",
+        "o",
+        LONG,
+        &["SHARED", "LIMIT", "7"],
+    ));
+    let dump: Vec<u8> = c.value(&["DUMP", "src"]);
+    // The value's first unsigned numbers: mode 1 (shared), limit 7, one
+    // holder, each an RDB module unsigned (opcode 2, then the number).
+    let shared_7 = [2u8, 1, 2, 7, 2, 1];
+    let at = dump
+        .windows(shared_7.len())
+        .position(|w| w == shared_7)
+        .expect("mode and limit in the payload");
+    let _: () = c.value(&["DEBUG", "SET-SKIP-CHECKSUM-VALIDATION", "1"]);
+    let mut digests = Vec::new();
+    for (key, mode, limit) in [("x", 0u8, 0u8), ("r", 1, 0), ("s", 1, 7)] {
+        let mut payload = dump.clone();
+        payload[at + 1] = mode;
+        payload[at + 3] = limit;
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(payload)
+            .query(&mut c)
+            .expect("RESTORE");
+        let info = server.lock_info(key).expect("restored");
+        let want = if mode == 0 { "exclusive" } else { "shared" };
+        assert_eq!((info.mode.as_str(), info.limit), (want, i64::from(limit)));
+        let digest: Vec<String> = c.value(&["DEBUG", "DIGEST-VALUE", key]);
+        digests.push(digest[0].clone());
+    }
+    assert_ne!(digests[0], digests[1], "exclusive vs read lock");
+    assert_ne!(digests[0], digests[2], "exclusive vs semaphore");
+    assert_ne!(digests[1], digests[2], "read lock vs semaphore");
+}
+
+/// An owner waits shared on one connection and exclusively on another;
+/// when the holder releases, the first is granted its shared hold and the
+/// second reaches the head holding the lock shared: it gets the upgrade
+/// error then, not a nil as if its wait had timed out.
+#[test]
+fn a_queued_upgrade_is_answered_the_upgrade_error() {
+    let server = Server::start();
+    let mut c = server.conn();
+    fence_of(&acquire(&mut c, "u", "holder", LONG, &[]));
+    let (mut shared, _) = queued(&server, "u", "o", &["SHARED"], 0);
+    let (mut exclusive, _) = queued(&server, "u", "o", &[], 2000);
+    c.int(&["LOCK.RELEASE", "u", "holder"]);
+    fence_of(&shared.recv_response().map_err(|e| e.to_string()));
+    let answer = format!("{:?}", exclusive.recv_response());
+    assert!(
+        answer.contains("the owner holds the lock shared"),
+        "the queued upgrade got {answer}, not the upgrade error"
+    );
+    assert_eq!(holders(&server, "u"), ["o"]);
+    assert_eq!(waiters(&server, "u"), 0);
+}

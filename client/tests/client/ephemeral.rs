@@ -86,3 +86,32 @@ fn ephemeral_holds_need_one_server_and_work_from_the_blocking_api() {
         "{refused:?}"
     );
 }
+
+/// A `release_all` dropped while writes are paused: the release goes on in
+/// the background and, once it lands, the hold's task and its RESP3
+/// connection are gone (before, both stayed for the process's life).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_all_leaves_no_task_or_connection() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let guard = client.try_lock("k", &opts()).await.unwrap();
+    let loss = guard.loss();
+    let _: String = server.q(&["CLIENT", "PAUSE", "500", "WRITE"]);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), guard.release_all()).await;
+    assert!(cancelled.is_err(), "the release waited out the pause");
+    assert_eq!(loss.reason(), Some(LossReason::ReleaseUnconfirmed));
+    wait_until("the release landed", Duration::from_secs(3), || {
+        server.lock_info("k").is_none()
+    });
+    wait_until("no task runs", Duration::from_secs(3), || {
+        client.background_tasks() == 0
+    });
+    wait_until(
+        "the hold's connection is closed",
+        Duration::from_secs(3),
+        || {
+            let clients: String = server.q(&["CLIENT", "LIST"]);
+            !clients.contains("resp=3")
+        },
+    );
+}

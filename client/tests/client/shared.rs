@@ -128,7 +128,7 @@ async fn a_semaphore_lets_limit_holders_in_and_hands_permits_on_in_order() {
     // Another limit on the same key while permits are held: refused.
     let other = client.semaphore("pool", 3).unwrap();
     let refused = other.try_acquire(&opts).await;
-    assert!(matches!(refused, Err(Error::Transport(_))), "{refused:?}");
+    assert!(matches!(refused, Err(Error::LimitMismatch)), "{refused:?}");
     assert_eq!(info(&server, "pool").1.len(), 2);
     for bad in [0, 1_000_001] {
         assert!(matches!(
@@ -178,4 +178,27 @@ fn the_blocking_api_has_read_write_locks_and_semaphores() {
     assert!(matches!(pool.acquire(&opts), Err(Error::TimedOut)));
     permit.release().unwrap();
     assert!(info(&server, "pool").1.is_empty());
+}
+
+/// One read-write handle, one owner: its writer takes the read side at
+/// once (a reentry), its reader asking for the write side is refused at
+/// once instead of waiting out its wait behind its own read hold.
+#[test]
+fn a_read_write_handle_shares_its_owner_across_both_sides() {
+    let server = Server::start();
+    let client = redislock_client::blocking::Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(5));
+    let rw = client.rw_lock("k");
+    let mut write = rw.write(&opts).unwrap();
+    let mut read = rw.read(&opts).unwrap();
+    assert_eq!(read.owner(), write.owner());
+    assert_eq!(server.lock_info("k").expect("held").count, 2);
+    assert_eq!(read.release().unwrap(), 0, "the read side's own count");
+    assert_eq!(write.release().unwrap(), 0);
+    assert!(server.lock_info("k").is_none());
+
+    let _read = rw.read(&opts).unwrap();
+    let start = std::time::Instant::now();
+    assert!(matches!(rw.write(&opts), Err(Error::Upgrade)));
+    assert!(start.elapsed() < Duration::from_secs(1));
 }

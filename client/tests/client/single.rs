@@ -435,3 +435,77 @@ fn blocking_api_has_the_same_shape() {
         client.background_tasks() == 0
     });
 }
+
+/// `release()` dropped while writes are paused (its `LOCK.RELEASE` lands
+/// after the pause): the guard no longer says it holds the lock, it reports
+/// the loss (release not confirmed), and the release lands by itself after
+/// the pause, so another owner gets the lock long before its lease ends.
+/// Before, the guard said `count() == 1` and `is_lost() == false` for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_reports_the_loss_and_lands_later() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let mut guard = client
+        .try_lock("k", &LockOptions::new(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let _: String = server.q(&["CLIENT", "PAUSE", "500", "WRITE"]);
+    let cancelled = tokio::time::timeout(ms(100), guard.release()).await;
+    assert!(cancelled.is_err(), "the release waited out the pause");
+    assert_eq!(guard.count(), 0);
+    assert!(guard.is_lost());
+    assert_eq!(guard.loss().reason(), Some(LossReason::ReleaseUnconfirmed));
+    let other = client
+        .lock(
+            "k",
+            &LockOptions::new(Duration::from_secs(30)).wait(ms(3_000)),
+        )
+        .await
+        .expect("the release landed after the pause");
+    assert_eq!(guard.count(), 0);
+    assert!(guard.is_lost());
+    drop(other);
+    no_tasks_left(&client).await;
+}
+
+/// A try whose grant is in flight when it is dropped (writes paused, so
+/// the grant lands after the drop) gives the grant back on its own, long
+/// before the 30 s lease; so does a try that gave up on a late reply
+/// (`DEBUG SLEEP` past the client's response timeout). Before, both left
+/// a hold nobody owned for the whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_cancelled_with_its_grant_in_flight_leaves_nothing_held() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    drop(client.try_lock("warm", &opts).await.unwrap());
+    let _: String = server.q(&["CLIENT", "PAUSE", "800", "WRITE"]);
+    let paused = tokio::time::Instant::now();
+    let cancelled = tokio::time::timeout(ms(200), client.try_lock("k", &opts)).await;
+    assert!(cancelled.is_err());
+    let sem = client.semaphore("s", 2).unwrap();
+    let cancelled = tokio::time::timeout(ms(200), sem.try_acquire(&opts)).await;
+    assert!(cancelled.is_err());
+    // The grants land once the pause is over.
+    tokio::time::sleep_until(paused + ms(1_000)).await;
+    wait_until("both grants are given back", Duration::from_secs(3), || {
+        server.lock_info("k").is_none() && server.lock_info("s").is_none()
+    });
+    no_tasks_left(&client).await;
+}
+
+/// A wait too long for the clock (`Duration::MAX`) is a wait without a
+/// limit, not an overflow: the call waits, and is cancelled cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_longer_than_the_clock_can_add_waits_without_overflow() {
+    let server = Server::start();
+    let client = Client::open(server.url()).unwrap();
+    held_by_another_for(&server, "k", 60_000);
+    let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::MAX);
+    let waited = tokio::time::timeout(ms(500), client.lock("k", &opts)).await;
+    assert!(waited.is_err(), "still waiting after 500 ms: {waited:?}");
+    wait_until("the waiter is gone", Duration::from_secs(3), || {
+        server.lock_info("k").is_some_and(|i| i.waiters == 0)
+    });
+    no_tasks_left(&client).await;
+}

@@ -1,0 +1,146 @@
+package io.redislock;
+
+import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.RedisException;
+import io.lettuce.core.api.StatefulRedisConnection;
+import io.lettuce.core.codec.StringCodec;
+import io.lettuce.core.output.CommandOutput;
+import io.lettuce.core.protocol.CommandArgs;
+import io.lettuce.core.protocol.ProtocolKeyword;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+
+/**
+ * The module's commands on a Lettuce connection: their names, the one reply
+ * shape they share (an integer, or nil), and the server's error replies
+ * sorted into the exception classes.
+ */
+final class Protocol {
+  private Protocol() {}
+
+  /**
+   * The {@code LOCK.*} commands this client sends. (A class, not an enum: an
+   * enum's own {@code name()} would override the interface's deprecated one.)
+   */
+  static final class Cmd implements ProtocolKeyword {
+    static final Cmd ACQUIRE = new Cmd("LOCK.ACQUIRE");
+    static final Cmd REENTER = new Cmd("LOCK.REENTER");
+    static final Cmd RELEASE = new Cmd("LOCK.RELEASE");
+    static final Cmd RENEW = new Cmd("LOCK.RENEW");
+    static final Cmd FENCE = new Cmd("LOCK.FENCE");
+
+    private final byte[] bytes;
+    private final String text;
+
+    private Cmd(String text) {
+      this.text = text;
+      this.bytes = text.getBytes(StandardCharsets.US_ASCII);
+    }
+
+    @Override
+    public byte[] getBytes() {
+      return bytes;
+    }
+
+    @Override
+    public String toString() {
+      return text;
+    }
+  }
+
+  /** An integer reply, or null for nil: fences, counts, the renew's 1. */
+  static final class LongOrNil extends CommandOutput<String, String, Long> {
+    LongOrNil() {
+      super(StringCodec.UTF8, null);
+    }
+
+    @Override
+    public void set(long integer) {
+      output = integer;
+    }
+
+    @Override
+    public void set(ByteBuffer bytes) {
+      // nil ($-1 / _): not granted. A bulk string would be a protocol surprise.
+      output = bytes == null ? null : Long.parseLong(decodeString(bytes));
+    }
+  }
+
+  static CompletableFuture<Long> send(StatefulRedisConnection<String, String> conn, Cmd cmd, Object... args) {
+    CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
+    a.addKey((String) args[0]);
+    for (int i = 1; i < args.length; i++) {
+      a.add(String.valueOf(args[i]));
+    }
+    return conn.async().dispatch(cmd, new LongOrNil(), a).toCompletableFuture();
+  }
+
+  /** {@code LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]] [EPHEMERAL] [WAIT w]}. */
+  static CompletableFuture<Long> acquire(StatefulRedisConnection<String, String> conn, String key, String owner,
+      long ttlMs, HoldKind kind, boolean ephemeral, long waitMs) {
+    CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
+    a.addKey(key).add(owner).add(ttlMs);
+    if (kind.isShared()) {
+      a.add("SHARED");
+      if (kind.limit() > 0) {
+        a.add("LIMIT").add(kind.limit());
+      }
+    }
+    if (ephemeral) {
+      a.add("EPHEMERAL");
+    }
+    if (waitMs != LockOptions.NO_WAIT) {
+      // WAIT 0 is the server's "no time limit".
+      a.add("WAIT").add(waitMs == LockOptions.FOREVER ? 0 : waitMs);
+    }
+    return conn.async().dispatch(Cmd.ACQUIRE, new LongOrNil(), a).toCompletableFuture();
+  }
+
+  /** The error a failed reply means, unwrapped from Lettuce's and the future's wrappers. */
+  static LockException map(Throwable err) {
+    Throwable e = unwrap(err);
+    if (e instanceof LockException) {
+      return (LockException) e;
+    }
+    if (e instanceof RedisCommandExecutionException) {
+      String msg = e.getMessage() == null ? "" : e.getMessage();
+      if (msg.startsWith("NOTOWNER")) {
+        return new NotOwnerException();
+      }
+      if (msg.startsWith("WRONGTYPE")) {
+        return new WrongTypeException(msg);
+      }
+      if (msg.contains("holds the lock shared")) {
+        return new UpgradeRefusedException();
+      }
+      if (msg.contains("another LIMIT")) {
+        return new LimitMismatchException(msg);
+      }
+      if (msg.startsWith("ERR unknown command") && msg.toLowerCase().contains("lock.")) {
+        return new ModuleNotLoadedException(e);
+      }
+      return new TransportException("the server answered: " + msg, e);
+    }
+    if (e instanceof RedisException) {
+      return new TransportException("redis: " + e.getMessage(), e);
+    }
+    return new TransportException(String.valueOf(e), e);
+  }
+
+  static Throwable unwrap(Throwable err) {
+    Throwable e = err;
+    while ((e instanceof CompletionException || e instanceof ExecutionException) && e.getCause() != null) {
+      e = e.getCause();
+    }
+    return e;
+  }
+
+  /** Whether the reply says this owner no longer holds the lock (NOTOWNER, or another type over the key). */
+  static boolean meansNotOwner(Throwable err) {
+    LockException e = map(err);
+    return e instanceof NotOwnerException || e instanceof WrongTypeException;
+  }
+}

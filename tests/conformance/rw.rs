@@ -1,0 +1,81 @@
+//! Read-write handles: both sides of one handle (`obj=`) share its owner.
+//! The writer may take the read side (a reentry, at once); a reader asking
+//! for the write side is refused at once with `upgrade`, never queued
+//! behind its own read hold.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+#[test]
+fn a_writer_takes_the_read_side_of_its_own_handle_at_once() {
+    let (server, mut d) = setup();
+    let w = d.ok("acquire h=w key=k kind=write obj=rw ttl=10000");
+    let start = Instant::now();
+    d.ok("acquire h=r key=k kind=read obj=rw ttl=10000 wait=5000");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "the read side waited"
+    );
+    let info = server.lock_info("k").expect("held");
+    assert_eq!(
+        info.owner_text(),
+        w.field("owner"),
+        "one owner for both sides"
+    );
+    assert_eq!(info.count, 2, "the read side is a reentry: {info:?}");
+    d.ok("release h=r");
+    let info = server.lock_info("k").expect("the write side is still held");
+    assert_eq!(info.count, 1);
+    d.ok("release h=w");
+    assert!(server.lock_info("k").is_none());
+    d.no_leaks(Duration::from_secs(3));
+}
+
+#[test]
+fn a_reader_asking_for_the_write_side_is_refused_at_once() {
+    let (server, mut d) = setup();
+    d.ok("acquire h=r key=k kind=read obj=rw ttl=10000");
+    let start = Instant::now();
+    d.err_kind(
+        "acquire h=w key=k kind=write obj=rw ttl=10000 wait=5000",
+        &["upgrade"],
+    );
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(1_000),
+        "refused after {took:?}"
+    );
+    let info = server.lock_info("k").expect("the read side is still held");
+    assert_eq!((info.mode.as_str(), info.waiters), ("shared", 0));
+    d.ok("release h=r");
+    assert!(server.lock_info("k").is_none());
+    d.no_leaks(Duration::from_secs(3));
+}
+
+#[test]
+fn a_reader_trying_for_the_write_side_is_refused_too() {
+    let (server, mut d) = setup();
+    d.ok("acquire h=r key=k kind=read obj=rw ttl=10000");
+    d.err_kind(
+        "acquire h=w key=k kind=write obj=rw ttl=10000",
+        &["upgrade"],
+    );
+    d.ok("release h=r");
+    assert!(server.lock_info("k").is_none());
+}
+
+#[test]
+fn two_handles_exclude_each_other() {
+    let (server, mut d) = setup();
+    d.ok("acquire h=r key=k kind=read obj=one ttl=10000");
+    d.ok("acquire h=r2 key=k kind=read obj=two ttl=10000");
+    d.err_kind(
+        "acquire h=w key=k kind=write obj=three ttl=10000 wait=300",
+        &["timeout"],
+    );
+    assert_eq!(server.lock_info("k").expect("held").holders.len(), 2);
+    d.ok("release h=r");
+    d.ok("release h=r2");
+    assert!(server.lock_info("k").is_none());
+}
