@@ -587,9 +587,16 @@ export class LockClient {
         void answered.then(() => (unblocked = true));
         const id = await link.id;
         const end = performance.now() + UNDO_MS;
-        // Repeated: the acquire may not be parked yet when the first one lands.
+        // Repeated: the acquire may not be parked yet when the first look
+        // comes. Only a wait the lock's queue lists is woken: a command a
+        // write pause postponed (the acquire not yet run, or the release
+        // queued behind it) is not parked, and Redis 7.0 crashes on a
+        // CLIENT UNBLOCK of a postponed client.
         while (!unblocked && id !== null && performance.now() < end) {
-          await this.#transport.call(name, ["CLIENT", "UNBLOCK", id]).catch(() => undefined);
+          const queue = await this.#transport.call(name, ["LOCK.QUEUE", name]).catch(() => null);
+          if (!unblocked && listsClient(queue, id)) {
+            await this.#transport.call(name, ["CLIENT", "UNBLOCK", id]).catch(() => undefined);
+          }
           await Promise.race([answered, pause(50)]);
         }
         const done = await Promise.race([answered, pause(Math.max(0, end - performance.now())).then(() => false)]);
@@ -739,4 +746,25 @@ export function checkName(name: unknown): asserts name is string {
   if (typeof name !== "string" || name.length === 0) {
     throw new TypeError(`a lock name must be a non-empty string, not ${JSON.stringify(name)}`);
   }
+}
+
+/** Whether a `LOCK.QUEUE` reply lists the client `id` (RESP2 field pairs or a RESP3 map). */
+function listsClient(queue: Reply | null, id: string): boolean {
+  if (!Array.isArray(queue)) {
+    return false;
+  }
+  return queue.some((entry) => {
+    if (Array.isArray(entry)) {
+      for (let i = 0; i + 1 < entry.length; i += 2) {
+        if (entry[i] === "client" && String(entry[i + 1]) === id) {
+          return true;
+        }
+      }
+      return false;
+    }
+    if (entry instanceof Map) {
+      return String(entry.get("client")) === id;
+    }
+    return entry !== null && typeof entry === "object" && String(entry["client"]) === id;
+  });
 }

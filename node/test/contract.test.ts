@@ -300,3 +300,44 @@ test("ioredis and node-redis: an abort that crosses the grant leaves the lock wi
     }
   }
 });
+
+test("an abort of a wait the server postponed (writes paused) never sends it CLIENT UNBLOCK: the server lives", { timeout: 60_000 }, async () => {
+  // Redis 7.0 crashes on a CLIENT UNBLOCK of a client whose command a
+  // write pause postponed; an abort must wake only a wait the lock's queue
+  // lists, never the release it queued behind it.
+  const own = await Server.start();
+  const control = createClient({ url: own.url });
+  control.on("error", () => undefined);
+  await control.connect();
+  try {
+    for (const lib of LIBS) {
+      const conn = await lib.single(own);
+      const locks = new LockClient(conn.transport);
+      try {
+        const k = `${lib.name}:contract:postponed`;
+        const holder = await locks.lock(k, { ttl: 10_000 });
+        const controller = new AbortController();
+        const waiting = locks.lock(k, { ttl: 10_000, wait: 10_000, signal: controller.signal });
+        await waitUntil("the waiter is queued", 2_000, async () => (await locks.info(k))?.waiters === 1);
+        // Parked, then writes paused: whatever the abort sends on the wait's
+        // connection after its wake-up (the release) is postponed.
+        await control.sendCommand(["CLIENT", "PAUSE", "1500", "WRITE"]);
+        controller.abort();
+        await assert.rejects(waiting, LockAbortedError);
+        // Give the background undo its time inside the pause.
+        await new Promise((r) => setTimeout(r, 500));
+        assert.equal(await control.sendCommand(["PING"]), "PONG", `${lib.name}: the server answers during the pause`);
+        await waitUntil("the pause ends and nobody waits", 5_000, async () => ((await locks.info(k))?.waiters ?? 0) === 0);
+        await holder.release();
+        await waitUntil("the lock is free: the aborted wait holds nothing", 5_000, async () => (await locks.info(k)) === null);
+        assert.equal(await control.sendCommand(["PING"]), "PONG", `${lib.name}: the server lives`);
+      } finally {
+        locks.close();
+        await conn.close();
+      }
+    }
+  } finally {
+    control.destroy();
+    await own.stop();
+  }
+});
