@@ -25,7 +25,7 @@ import java.util.function.BooleanSupplier;
  * gives a plain Lettuce connection to look at the server from outside the
  * client under test.
  */
-final class TestServer implements AutoCloseable {
+public final class TestServer implements AutoCloseable {
   final int port;
   private final Process process;
   private final Path dir;
@@ -51,7 +51,7 @@ final class TestServer implements AutoCloseable {
     return m;
   }
 
-  static TestServer start(String... extra) throws IOException, InterruptedException {
+  public static TestServer start(String... extra) throws IOException, InterruptedException {
     String bin = System.getenv().getOrDefault("LOCK_SERVER", "redis-server");
     IOException last = null;
     for (int attempt = 0; attempt < 5; attempt++) {
@@ -85,11 +85,11 @@ final class TestServer implements AutoCloseable {
     throw new IOException("the server did not start", last);
   }
 
-  String url() {
+  public String url() {
     return "redis://127.0.0.1:" + port;
   }
 
-  RedisCommands<String, String> cmd() {
+  public RedisCommands<String, String> cmd() {
     return observer.sync();
   }
 

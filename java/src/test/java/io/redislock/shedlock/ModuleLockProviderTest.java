@@ -5,14 +5,9 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.lettuce.core.RedisClient;
 import io.lettuce.core.api.sync.RedisCommands;
 import io.redislock.LockClient;
-import java.io.IOException;
-import java.net.ServerSocket;
-import java.net.Socket;
-import java.nio.file.Files;
-import java.nio.file.Path;
+import io.redislock.TestServer;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -39,50 +34,23 @@ import org.junit.jupiter.api.Test;
  */
 class ModuleLockProviderTest {
   static final String NAME = "name";
-  static Process server;
+  static TestServer server;
   static LockClient client;
-  static RedisClient observerClient;
   static RedisCommands<String, String> redis;
   static ModuleLockProvider provider;
 
   @BeforeAll
   static void start() throws Exception {
-    int port;
-    try (ServerSocket s = new ServerSocket(0)) {
-      port = s.getLocalPort();
-    }
-    Path dir = Files.createTempDirectory("redislock-shedlock-");
-    String module = System.getenv("LOCK_MODULE");
-    if (module == null) {
-      module = Path.of("..", "target", "release", "libredislock.so").toAbsolutePath().normalize().toString();
-    }
-    server = new ProcessBuilder(System.getenv().getOrDefault("LOCK_SERVER", "redis-server"), "--port",
-        String.valueOf(port), "--bind", "127.0.0.1", "--dir", dir.toString(), "--save", "", "--appendonly", "no",
-        "--loadmodule", module).redirectErrorStream(true).redirectOutput(dir.resolve("out.log").toFile()).start();
-    long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-    for (;;) {
-      try (Socket probe = new Socket("127.0.0.1", port)) {
-        if (probe.isConnected()) {
-          break;
-        }
-      } catch (IOException e) {
-        if (System.nanoTime() > end) {
-          throw e;
-        }
-        Thread.sleep(10);
-      }
-    }
-    client = LockClient.create("redis://127.0.0.1:" + port);
-    observerClient = RedisClient.create("redis://127.0.0.1:" + port);
-    redis = observerClient.connect().sync();
+    server = TestServer.start();
+    client = LockClient.create(server.url());
+    redis = server.cmd();
     provider = new ModuleLockProvider(client);
   }
 
   @AfterAll
   static void stop() throws Exception {
     client.close();
-    observerClient.shutdown();
-    server.destroyForcibly().waitFor();
+    server.close();
   }
 
   @AfterEach

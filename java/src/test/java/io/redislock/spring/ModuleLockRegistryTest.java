@@ -8,15 +8,9 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.lettuce.core.RedisClient;
-import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.api.sync.RedisCommands;
 import io.redislock.LockClient;
-import java.io.IOException;
-import java.net.ServerSocket;
-import java.net.Socket;
-import java.nio.file.Files;
-import java.nio.file.Path;
+import io.redislock.TestServer;
 import java.time.Duration;
 import java.util.ConcurrentModificationException;
 import java.util.List;
@@ -38,53 +32,24 @@ import org.springframework.integration.support.locks.DistributedLock;
  * electing a leader over the registry.
  */
 class ModuleLockRegistryTest {
-  static Process server;
-  static Path dir;
-  static int port;
+  static TestServer server;
   static LockClient client;
   static LockClient otherClient;
-  static RedisClient observerClient;
   static RedisCommands<String, String> redis;
 
   @BeforeAll
   static void start() throws Exception {
-    try (ServerSocket s = new ServerSocket(0)) {
-      port = s.getLocalPort();
-    }
-    dir = Files.createTempDirectory("redislock-spring-");
-    String module = System.getenv("LOCK_MODULE");
-    if (module == null) {
-      module = Path.of("..", "target", "release", "libredislock.so").toAbsolutePath().normalize().toString();
-    }
-    server = new ProcessBuilder(System.getenv().getOrDefault("LOCK_SERVER", "redis-server"), "--port",
-        String.valueOf(port), "--bind", "127.0.0.1", "--dir", dir.toString(), "--save", "", "--appendonly", "no",
-        "--loadmodule", module).redirectErrorStream(true).redirectOutput(dir.resolve("out.log").toFile()).start();
-    long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-    for (;;) {
-      try (Socket probe = new Socket("127.0.0.1", port)) {
-        if (probe.isConnected()) {
-          break;
-        }
-      } catch (IOException e) {
-        if (System.nanoTime() > end) {
-          throw e;
-        }
-        Thread.sleep(10);
-      }
-    }
-    client = LockClient.create("redis://127.0.0.1:" + port);
-    otherClient = LockClient.create("redis://127.0.0.1:" + port);
-    observerClient = RedisClient.create("redis://127.0.0.1:" + port);
-    StatefulRedisConnection<String, String> conn = observerClient.connect();
-    redis = conn.sync();
+    server = TestServer.start();
+    client = LockClient.create(server.url());
+    otherClient = LockClient.create(server.url());
+    redis = server.cmd();
   }
 
   @AfterAll
   static void stop() throws Exception {
     client.close();
     otherClient.close();
-    observerClient.shutdown();
-    server.destroyForcibly().waitFor();
+    server.close();
   }
 
   @Test
