@@ -159,6 +159,28 @@ func dropsConnection(err error) bool {
 	return p == "READONLY" || p == "NOREPLICAS" || p == "MASTERDOWN"
 }
 
+// giveBack returns l after a reply from ep: a reply that says the node no
+// longer serves writes (READONLY, NOREPLICAS) closes l and the node's idle
+// connections, so the next command asks again. A redirection (within five
+// hops) points ep at the node named, and MOVED refreshes the slot map
+// first; ok says to send again, kind which redirection it was.
+func (c *Client) giveBack(ctx context.Context, l *link, ep *Endpoint, err error, hop int) (kind string, ok bool) {
+	if dropsConnection(err) {
+		l.close()
+		c.dropIdle(ep.Addr)
+	}
+	c.putLink(l)
+	kind, addr, ok := redirect(err)
+	if !ok || hop >= 5 {
+		return "", false
+	}
+	if kind == "MOVED" {
+		c.b.Refresh(ctx)
+	}
+	ep.Addr = addr
+	return kind, true
+}
+
 // exec runs one command about key on a connection of its own and gives the
 // connection back. A context that ends first closes that connection (its
 // reply is unknown) and returns ErrCancelled.
@@ -178,16 +200,7 @@ func (c *Client) exec(ctx context.Context, key string, args ...string) (any, err
 			c.putLink(l)
 			return nil, err
 		}
-		if dropsConnection(err) {
-			l.close()
-			c.dropIdle(ep.Addr)
-		}
-		c.putLink(l)
-		if kind, addr, ok := redirect(err); ok && hop < 5 {
-			if kind == "MOVED" {
-				c.b.Refresh(ctx)
-			}
-			ep.Addr = addr
+		if kind, ok := c.giveBack(ctx, l, &ep, err, hop); ok {
 			if kind == "ASK" {
 				return c.execAsking(ctx, ep, args)
 			}
@@ -317,16 +330,8 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 				c.releaseLater(key, owner, false, nil, time.Now().Add(o.ttl))
 				return nil, err
 			}
-			if dropsConnection(err) {
-				l.close()
-				c.dropIdle(ep.Addr)
-			}
-			c.putLink(l)
-			if kind, addr, ok := redirect(err); ok && hop < 5 {
-				if kind == "MOVED" {
-					c.b.Refresh(ctx)
-				}
-				ep.Addr, ask = addr, kind == "ASK"
+			if kind, ok := c.giveBack(ctx, l, &ep, err, hop); ok {
+				ask = kind == "ASK"
 				continue
 			}
 			var se ServerError
