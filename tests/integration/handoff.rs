@@ -16,7 +16,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::harness::{
-    events_until, handed_fence, wait_on, wait_until, Call, LockInfo, Reply, Server, LONG,
+    events_until, handed_fence, keyevent_listener, wait_on, wait_until, Call, LockInfo, Reply,
+    Server, LONG,
 };
 
 /// How long a test waits for something that should happen at once.
@@ -310,11 +311,7 @@ fn a_hand_off_is_announced_as_the_release_then_the_waiter_s_acquisition() {
     let server = Server::start();
     let mut c = server.conn();
     let _: () = c.value(&["CONFIG", "SET", "notify-keyspace-events", "Egxdn"]);
-    let mut listener = server.conn();
-    let _: Value = redis::cmd("PSUBSCRIBE")
-        .arg("__keyevent@0__:*")
-        .query(&mut listener)
-        .expect("PSUBSCRIBE");
+    let mut listener = keyevent_listener(&server);
     let bob = alice_holds_and_bob_waits(&server);
     assert_eq!(
         events_until(&mut listener, "k", "lock.acquire"),

@@ -96,6 +96,17 @@ pub fn clock_floor(ms: i64) -> i64 {
     ms << CLOCK_SHIFT
 }
 
+/// A connection of `server` subscribed to every keyevent of db 0
+/// (`__keyevent@0__:*`), for [`events_until`].
+pub fn keyevent_listener(server: &Server) -> redis::Connection {
+    let mut listener = server.conn();
+    let _: redis::Value = redis::cmd("PSUBSCRIBE")
+        .arg("__keyevent@0__:*")
+        .query(&mut listener)
+        .expect("PSUBSCRIBE");
+    listener
+}
+
 /// The keyevent names a subscriber sees for `key` from `listener` (already
 /// subscribed to `__keyevent@0__:*`) until `last` arrives for it.
 pub fn events_until(listener: &mut redis::Connection, key: &str, last: &str) -> Vec<String> {

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use redis::{Connection, Value};
 
 use crate::harness::{
-    handed_fence, now_ms, text, wait_args, wait_on, wait_until, Call, LockInfo, Reply, Server,
-    CLOCK_SHIFT, LONG,
+    handed_fence, keyevent_listener, now_ms, text, wait_args, wait_on, wait_until, Call, LockInfo,
+    Reply, Server, CLOCK_SHIFT, LONG,
 };
 
 /// How long a test waits for something that should happen at once.
@@ -361,11 +361,7 @@ fn the_notifications_of_a_replaced_lock_per_server() {
     // After the refusal: a refused CONFIG SET puts back the old value as
     // CONFIG GET shows it, which has no `n` (on all four).
     let _: () = c.value(&["CONFIG", "SET", "notify-keyspace-events", every_class(kind)]);
-    let mut listener = server.conn();
-    let _: Value = redis::cmd("PSUBSCRIBE")
-        .arg("__keyevent@0__:*")
-        .query(&mut listener)
-        .expect("PSUBSCRIBE");
+    let mut listener = keyevent_listener(&server);
     c.acquire("k", "alice", LONG).expect("free");
     let _: () = c.value(&["SET", "k", "one"]);
     let _: () = c.value(&["SET", "k", "two"]);

@@ -569,11 +569,7 @@ fn a_shared_hold_whose_lease_ends_beside_others_announces_no_acquisition() {
     let server = Server::start();
     let mut c = server.conn();
     let _: () = c.value(&["CONFIG", "SET", "notify-keyspace-events", "Egxdn"]);
-    let mut listener = server.conn();
-    let _: Value = redis::cmd("PSUBSCRIBE")
-        .arg("__keyevent@0__:*")
-        .query(&mut listener)
-        .expect("PSUBSCRIBE");
+    let mut listener = keyevent_listener(&server);
     fence_of(&acquire(&mut c, "e", "long", LONG, &["SHARED"]));
     fence_of(&acquire(&mut c, "e", "short", 100, &["SHARED"]));
     assert_eq!(
