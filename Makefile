@@ -118,10 +118,11 @@ integration-valkey: build valkey python-env ## The same integration tests on Val
 	cargo build --release --workspace --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
-lint: python-env node-env ## rustfmt and clippy over the workspace (module, client, model, testkit), ruff over the Python package, tsc --strict over the Node package, as before every commit
+lint: python-env node-env ## rustfmt and clippy over the workspace (module, client, model, testkit), ruff over the Python package, tsc --strict over the Node package, every relative link in the Markdown, as before every commit
+	$(PYENV)/bin/python tools/check_md_links.py
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
-	$(PYENV)/bin/ruff check python
+	$(PYENV)/bin/ruff check python tools
 	cd node && npm run --silent lint
 	$(MAKE) --no-print-directory java-lint
 	$(MAKE) --no-print-directory go-lint
@@ -334,9 +335,9 @@ dist-pack:
 	install -m 0644 LICENSE $$dir/LICENSE; \
 	subst="s|@VERSION@|$$version|g; s|@TARGET@|$$target|g; s|@NAME@|$$name|g"; \
 	sed "$$subst" packaging/redis.conf.in > $$dir/redis.conf; \
-	awk '$$0 == "@INSTALL@" { while ((getline line < "README.md") > 0) { if (line ~ /^## /) on = (line == "## Install"); if (on) print line } next } { print }' \
+	awk '$$0 == "@INSTALL@" { while ((getline line < "docs/operations.md") > 0) { if (line ~ /^## /) on = (line == "## Install"); if (on) print line } next } { print }' \
 	  packaging/README.md.in | sed "$$subst" > $$dir/README.md; \
-	grep -q '^## Install$$' $$dir/README.md || { echo "dist: README.md has no ## Install section" >&2; exit 1; }; \
+	grep -q '^## Install$$' $$dir/README.md || { echo "dist: docs/operations.md has no ## Install section" >&2; exit 1; }; \
 	(cd $$dir && sha256sum libredislock.so LICENSE README.md redis.conf > SHA256SUMS); \
 	chmod 0644 $$dir/README.md $$dir/redis.conf $$dir/SHA256SUMS; \
 	tar --create --format=gnu --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$epoch \

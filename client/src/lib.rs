@@ -46,11 +46,6 @@ pub use options::{drift, LockOptions};
 pub use redlock::{Redlock, RedlockOptions};
 pub use tokio_util::sync::CancellationToken;
 
-/// The top-level README's Rust example compiles (`cargo test --doc`).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeExample;
-
 /// This crate's README examples compile (`cargo test --doc`).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

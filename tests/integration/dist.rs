@@ -1,7 +1,7 @@
 //! The release tarball (`make dist`): one folder holding the module, a
 //! README, a `redis.conf` snippet, the licence and checksums that verify;
 //! the same bytes from the same inputs; and its module loaded into the server
-//! under test in each of the three ways the README's Install section gives.
+//! under test in each of the three ways the Install section of docs/operations.md gives (the tarball's README carries it).
 //!
 //! Each test packs the module under test (`LOCK_MODULE`) with
 //! `make dist-pack`, the packing half of `make dist`, into a folder of its
