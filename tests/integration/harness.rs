@@ -9,7 +9,10 @@
 //!   and keeps the dir; when it passes, the dir is removed.
 //! - [`Call`] extends `redis::Connection` with one-line commands whose error
 //!   replies come back as text (`"NOTOWNER ..."`), and a [`LockInfo`] reader.
-//! - [`wait_until`] polls observable state; tests never sleep for a fixed time.
+//! - [`wait_until`] polls observable state: a test waits for what it
+//!   expects by polling it. Fixed sleeps remain only where the time itself
+//!   is under test (a lease that must pass, a hold's length) or where a test
+//!   shows that something does not happen for a while.
 //! - [`wait_on`] sends a blocking `LOCK.ACQUIRE … WAIT` from a thread of its
 //!   own, on a plain or a cluster connection.
 //!
