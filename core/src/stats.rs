@@ -1,4 +1,4 @@
-//! Counters for the module's `INFO lock` section (Observability in docs/commands.md).
+//! Counters for the module's `INFO lock` section (Observability in docs/operations.md).
 //!
 //! Atomics because the data type's free callback can run on a background
 //! thread (`FLUSHALL ASYNC`, `UNLINK` of a big database); everything else

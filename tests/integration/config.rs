@@ -1,4 +1,4 @@
-//! The module configs `lock.max-ttl` and `lock.quarantine` ("Configuration" in docs/commands.md,
+//! The module configs `lock.max-ttl` and `lock.quarantine` ("Configuration" in docs/operations.md,
 //! and bad input).
 //!
 //! - Both are read and set like any server config: `CONFIG GET`/`CONFIG SET`

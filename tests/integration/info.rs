@@ -1,4 +1,4 @@
-//! The `INFO lock` section ("Observability" in docs/commands.md): `held` and `waiting` are
+//! The `INFO lock` section ("Observability" in docs/operations.md): `held` and `waiting` are
 //! gauges of now; the rest count what this server's clients asked for.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Integration tests: the module loaded into a real `redis-server`, driven over
-//! TCP as a client would, against the contract in docs/commands.md.
+//! TCP as a client would, against the contract in docs/ (commands, semantics, operations).
 //!
 //! Every test starts its own server(s) on a free loopback port with a temp dir
 //! of its own (the workspace's test kit, `testkit/`, which `harness`
