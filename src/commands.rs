@@ -11,8 +11,8 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 
 use crate::args;
 use crate::error::LockError;
+use crate::ffi::host::{self, Server};
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::waiting::{self, Server};
 use crate::ffi::{config, ephemeral, guard, now_ms, partition, Args};
 use crate::holds::Mode;
 use crate::orchestrate::{self, Acquired};
@@ -138,7 +138,7 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
             ("count", integer(count)),
             ("fence", integer(fence)),
             ("ttl", integer(latest - now)),
-            ("waiters", integer(waiting::waiters(ctx, &key_name) as u64)),
+            ("waiters", integer(host::waiters(ctx, &key_name) as u64)),
             ("mode", RedisValue::SimpleStringStatic(mode)),
             ("limit", integer(limit)),
         ];
@@ -189,7 +189,7 @@ pub fn queue(ctx: &Context, input: &Args) -> RedisResult {
         args::parse_info(argv)?;
         let key_name = input.key()?;
         LockKey::open(ctx, &key_name, Access::Read).holds()?;
-        let line = waiting::queue(ctx, &key_name);
+        let line = host::queue(ctx, &key_name);
         raw::reply_with_array(ctx.ctx, line.len() as c_long);
         for waiter in line {
             let mode = match waiter.mode {

@@ -11,7 +11,7 @@
 //! | `core/` ([`lock`], [`handoff`], [`args`], …) | the logic, pure, time passed in | no |
 //! | `core/` [`orchestrate`] | the sequencing: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks; generic over its `Host` trait | no |
 //! | [`commands`] | one handler per command: parse → call the core → reply | safe API |
-//! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`orchestrate`] and blocked clients (`ffi::waiting`), events, ephemeral holds ended when their connection closes (`ffi::ephemeral`), configs, the quarantine clock, where waits and holds begin and end (`ffi::latency`) | `unsafe` |
+//! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`orchestrate`] and blocked clients (`ffi::host`), events, ephemeral holds ended when their connection closes (`ffi::ephemeral`), configs, the quarantine clock, where waits and holds begin and end (`ffi::latency`) | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock`: held
 //! exclusively, its owner, count, fence, lease end and start in one

@@ -4,7 +4,7 @@
 //!
 //! Which hold is bound to which client is [`crate::ephemeral`] (pure); this
 //! file makes the bindings (the caller's, or a waiting client's when it is
-//! handed the lock, see `waiting::Server::began`), hears connections close,
+//! handed the lock, see `host::Server::began`), hears connections close,
 //! and ends their holds.
 //!
 //! - Connections closing are heard through the client-change server event,
@@ -36,8 +36,8 @@ use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ephemeral::{self, Binding, Bindings};
 use crate::error::LockError;
+use crate::ffi::host::Server;
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::waiting::Server;
 use crate::ffi::writes_paused;
 use crate::ffi::{context_flags, create_timer, guard, partition, subscribe_to_server_event};
 use crate::ffi::{select_db, selected_db};

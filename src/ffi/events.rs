@@ -3,9 +3,9 @@
 //!
 //! Three uses. (1) A lock with waiters can be freed by any command (`DEL`,
 //! `RENAME`, `MOVE`, eviction, a flush…): every notification about such a
-//! key reports it to [`waiting::freed_by_event`], and a `persist`, `expire`
-//! or `restore` of a lock to [`waiting::ttl_changed`]; callbacks must not
-//! write, so the work runs right after the command (see `waiting`). (2)
+//! key reports it to [`host::freed_by_event`], and a `persist`, `expire`
+//! or `restore` of a lock to [`host::ttl_changed`]; callbacks must not
+//! write, so the work runs right after the command (see `host`). (2)
 //! Redis tells a data type that a key left the keyspace (`unlink2`) but not
 //! why; an `expired` notification that follows at once, with no other event
 //! about the key between, tells why: pairing the two counts leases that
@@ -27,7 +27,7 @@ use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ffi::{at_first_lock, guard, lock_may_exist, now_ms};
 use crate::ffi::{datatype, ephemeral, quarantine, upgrade};
-use crate::ffi::{subscribe_to_server_event, waiting};
+use crate::ffi::{host, subscribe_to_server_event};
 use crate::queue::LockName;
 use crate::{fence, stats};
 
@@ -136,13 +136,13 @@ fn keyspace_event(
         return; // no lock and no waiter was ever under this name
     }
     ephemeral::key_event(db(), event, name);
-    if waiting::serving_inline() {
+    if host::serving_inline() {
         return; // our own command frees the lock and serves it itself
     }
-    let nobody_waits = !waiting::anyone_waiting();
+    let nobody_waits = !host::anyone_waiting();
     if TTL_EVENTS.contains(&event) {
         if is_lock(ctx, key) {
-            waiting::ttl_changed(ctx, LockName::new(db(), name));
+            host::ttl_changed(ctx, LockName::new(db(), name));
         } else if !nobody_waits {
             // Not a lock (any more): another value, or nothing. Reading the
             // key may itself have deleted it: Redis 7.0 expires a key a
@@ -150,10 +150,10 @@ fn keyspace_event(
             // `expire` first), and does not send the `expired` that follows
             // to the module whose callback caused it. Its waiters are served
             // if the key is gone, or wait on for the other value.
-            waiting::freed_by_event(ctx, LockName::new(db(), name));
+            host::freed_by_event(ctx, LockName::new(db(), name));
         }
     } else if !nobody_waits {
-        waiting::freed_by_event(ctx, LockName::new(db(), name));
+        host::freed_by_event(ctx, LockName::new(db(), name));
     }
     // The last lock may just have gone.
     datatype::forget_lock_names_if_idle(nobody_waits);
@@ -253,6 +253,6 @@ fn server_event(
         _ => return,
     };
     for db in dbs {
-        waiting::freed_db(ctx, db, in_command);
+        host::freed_db(ctx, db, in_command);
     }
 }

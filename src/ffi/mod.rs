@@ -10,13 +10,13 @@ pub mod config;
 pub mod datatype;
 pub mod ephemeral;
 pub mod events;
+pub mod host;
 pub mod key;
 pub mod latency;
 pub mod partition;
 pub mod propagation;
 pub mod quarantine;
 pub mod upgrade;
-pub mod waiting;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
