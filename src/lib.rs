@@ -95,7 +95,8 @@ mod registration {
                         // The key of a command that may make a lock or a
                         // waiter there: its notifications count from now on.
                         let key = args.bytes().get(1).copied().filter(|_| $makes_locks);
-                        let reply = ffi::datatype::lock_command(key, || $handler(&context, &args));
+                        let reply =
+                            ffi::lock_names::lock_command(key, || $handler(&context, &args));
                         Some(context.reply(reply) as c_int)
                     });
                     // A panic outside the handler's own guard: still one reply.

@@ -17,7 +17,7 @@
 //! So the module hears keys only once a lock may exist (see
 //! `ffi::at_first_lock`), and a notification about a key that never held a
 //! lock nor had waiters returns after a hash of its name (see
-//! `datatype::may_hold_lock`), without a key lookup.
+//! `lock_names::may_hold_lock`), without a key lookup.
 
 use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ffi::{at_first_lock, guard, lock_may_exist, now_ms};
-use crate::ffi::{datatype, ephemeral, quarantine, upgrade};
+use crate::ffi::{datatype, ephemeral, expired_held, lock_names, quarantine, upgrade};
 use crate::ffi::{host, subscribe_to_server_event};
 use crate::queue::LockName;
 use crate::{fence, stats};
@@ -126,13 +126,16 @@ fn keyspace_event(
     // Another event first (`expire` after a `SET … PX` over the lock, `del`,
     // `rename_to`…) means the lock left some other way, and an `expired`
     // after it is about the value that replaced the lock.
-    if datatype::unlinked_pending() && datatype::take_unlinked(db(), name) && event == b"expired" {
+    if expired_held::unlinked_pending()
+        && expired_held::take_unlinked(db(), name)
+        && event == b"expired"
+    {
         stats::EXPIRED_HELD.incr();
     }
     if ARRIVALS.contains(&event) && is_lock(ctx, key) {
         // A lock under a new name: from now on its notifications count.
-        datatype::note_lock_name(name);
-    } else if !datatype::may_hold_lock(name) {
+        lock_names::note_lock_name(name);
+    } else if !lock_names::may_hold_lock(name) {
         return; // no lock and no waiter was ever under this name
     }
     ephemeral::key_event(db(), event, name);
@@ -156,7 +159,7 @@ fn keyspace_event(
         host::freed_by_event(ctx, LockName::new(db(), name));
     }
     // The last lock may just have gone.
-    datatype::forget_lock_names_if_idle(nobody_waits);
+    lock_names::forget_lock_names_if_idle(nobody_waits);
 }
 
 /// Events that bring a value to a new name (a lock keeps its lease):
