@@ -60,8 +60,8 @@ use std::ptr::{self, NonNull};
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::error::LockError;
-use crate::ffi::key::LockKey;
-use crate::ffi::latency::{self, Tracked};
+use crate::ffi::key::{LockKey, Tracked};
+use crate::ffi::latency;
 use crate::ffi::{self, config, ephemeral, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::ffi::{select_db, selected_db};
