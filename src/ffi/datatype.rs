@@ -7,20 +7,19 @@
 //! when the two disagree (no lock lives forever).
 
 use std::alloc::{self, Layout};
-use std::cell::RefCell;
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
-use crate::args::MAX_OWNER_LEN;
-use crate::ffi::{guard, latency, lock_may_exist, now_ms};
-use crate::holds::{Holder, Holds, Mode};
-use crate::lock::Hold;
-use crate::{fence, stats};
+use crate::ffi::{expired_held, guard, latency, lock_may_exist, lock_names, now_ms};
+use redislock_core::args::MAX_OWNER_LEN;
+use redislock_core::holds::{Holder, Holds, Mode};
 use redislock_core::limits::MAX_COUNT;
+use redislock_core::lock::Hold;
+use redislock_core::{fence, stats};
 
 /// The RDB encoding of a lock value. Version history (every one must stay
 /// loadable: see [`rdb_load`]; `tests/fixtures/v1-locks.rdb` is a version 1
@@ -35,7 +34,7 @@ use redislock_core::limits::MAX_COUNT;
 pub const ENCODING_VERSION: i32 = 3;
 
 /// A lease end not known: a value loaded from version 1. Its key's TTL is
-/// its lease (see [`crate::lock::lease_end`]).
+/// its lease (see [`redislock_core::lock::lease_end`]).
 pub const LEASE_UNKNOWN: u64 = 0;
 
 /// Version 1 values loaded since the last upgrade pass (see
@@ -59,7 +58,7 @@ const SHARED_TAG: u16 = u16::MAX;
 #[derive(Debug)]
 pub struct StoredLock {
     fence: u64,
-    /// Counts are at most [`crate::limits::MAX_COUNT`].
+    /// Counts are at most [`redislock_core::limits::MAX_COUNT`].
     count: u32,
     /// Lease end, unix ms, or [`LEASE_UNKNOWN`] (48 bits).
     lease: [u8; 6],
@@ -402,9 +401,9 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
     // null) lives as long as the load.
     let name = unsafe { raw::RedisModule_GetKeyNameFromIO.map_or(ptr::null(), |f| f(rdb)) };
     if name.is_null() {
-        NAMES_UNKNOWN.store(true, Relaxed);
+        lock_names::note_unknown();
     } else {
-        note_lock_name(RedisString::string_as_slice(name));
+        lock_names::note_lock_name(RedisString::string_as_slice(name));
     }
     if encver >= 3 {
         return load_holds(rdb);
@@ -675,7 +674,7 @@ extern "C" fn free(value: *mut c_void) {
 
 /// A lock key leaves the keyspace (DEL, expiry, eviction, overwrite…): note
 /// which, so that the keyspace events can tell a lease end from other
-/// deletions ([`take_unlinked`]).
+/// deletions ([`expired_held::take_unlinked`]).
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
     guard("unlink2", (), || {
         // SAFETY: Redis passes a live option context for this call.
@@ -685,7 +684,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
             (name, db)
         };
         if !name.is_null() {
-            lock_unlinked(db, RedisString::string_as_slice(name));
+            expired_held::lock_unlinked(db, RedisString::string_as_slice(name));
         }
     });
 }
@@ -698,9 +697,9 @@ extern "C" fn copy(
 ) -> *mut c_void {
     guard("copy", ptr::null_mut(), || {
         if to.is_null() {
-            NAMES_UNKNOWN.store(true, Relaxed);
+            lock_names::note_unknown();
         } else {
-            note_lock_name(RedisString::string_as_slice(to));
+            lock_names::note_lock_name(RedisString::string_as_slice(to));
         }
         // SAFETY: Redis passes a value this type created, alive for the call.
         let lock = unsafe { value_ref(value) };
@@ -727,153 +726,4 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
             Err(_) => raw::Status::Err as c_int,
         }
     })
-}
-
-// ---------------------------------------------------------------------------
-// Which lock key left last, for the `expired` notification that may follow.
-// ---------------------------------------------------------------------------
-
-thread_local! {
-    /// The last lock key unlinked (db, name), on the main thread. Its buffer
-    /// is reused, so tracking costs no allocation per deletion.
-    /// When (unix ms) is kept too: Redis sends `expired` right after the
-    /// unlink, so an older entry (a lock a SET overwrote, which the module
-    /// hears nothing more of) never matches a later expiry of that key.
-    static LAST_UNLINKED: RefCell<(c_int, Vec<u8>, u64)> = const { RefCell::new((-1, Vec::new(), 0)) };
-
-}
-
-/// Whether [`LAST_UNLINKED`] holds a key: read on every notification, so
-/// a plain static instead of the thread-local.
-static UNLINKED_PENDING: AtomicBool = AtomicBool::new(false);
-
-/// Records the lock key `unlink2` saw leave (main thread).
-fn lock_unlinked(db: c_int, name: &[u8]) {
-    UNLINKED_PENDING.store(true, Relaxed);
-    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
-        *last_db = db;
-        last_name.clear();
-        last_name.extend_from_slice(name);
-        *at = now_ms();
-    });
-}
-
-/// Whether a lock key's unlink waits to be paired with a notification (a
-/// check that costs no key name).
-pub fn unlinked_pending() -> bool {
-    UNLINKED_PENDING.load(Relaxed)
-}
-
-/// Whether the key just unlinked was `name` in `db` (and forgets it then).
-pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
-    LAST_UNLINKED.with_borrow_mut(|(last_db, last_name, at)| {
-        let fresh = now_ms().saturating_sub(*at) <= 1;
-        let hit = fresh && *last_db == db && last_name == name;
-        if hit || !fresh {
-            // Consumed, or too old ever to match: nothing to pair any more.
-            *last_db = -1;
-            UNLINKED_PENDING.store(false, Relaxed);
-        }
-        hit
-    })
-}
-
-// ---------------------------------------------------------------------------
-// Which key names may hold a lock, for the keyspace notifications.
-// ---------------------------------------------------------------------------
-
-/// A Bloom filter (two bits per name) of the key names that may hold a
-/// lock or have clients waiting: every key a lock command named, and every
-/// lock loaded, restored, copied, renamed or moved. A notification about a
-/// name it does not hold is about no lock and no waiter, and returns
-/// without a key lookup. It cannot forget one name, so it is emptied as a
-/// whole when no lock exists and nobody waits, once enough names went in
-/// (until then a name may stay a false positive: a key lookup, as without
-/// the filter). Blind to databases, so `SWAPDB` and `MOVE` keep it true.
-/// Atomics, in static memory: a value may be born off the main thread.
-static NAME_BITS: [AtomicU64; NAME_WORDS] = [const { AtomicU64::new(0) }; NAME_WORDS];
-/// 65,536 bits (8 KiB): about 1% false positives with 3,000 names in.
-const NAME_WORDS: usize = 1024;
-/// Names put in since the filter was last emptied.
-static NAMES_ADDED: AtomicU64 = AtomicU64::new(0);
-/// A lock arrived whose key name Redis did not give: every name may be one.
-static NAMES_UNKNOWN: AtomicBool = AtomicBool::new(false);
-/// Emptied only once this many names went in (emptying costs a pass over
-/// the 8 KiB; a server that takes and frees one lock over and over keeps
-/// its few names).
-const EMPTY_AFTER: u64 = 2_048;
-
-/// The filter's two bit positions for `name`.
-fn name_bits(name: &[u8]) -> [usize; 2] {
-    // A multiplicative hash over 8-byte words (FxHash's step): a few
-    // instructions per word, its entropy in the high bits used here.
-    let step = |h: u64, word: u64| (h.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-    let mut words = name.chunks_exact(8);
-    let mut h = name.len() as u64;
-    for word in &mut words {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        h = step(h, u64::from_le_bytes(bytes));
-    }
-    let tail = words
-        .remainder()
-        .iter()
-        .rev()
-        .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
-    h = step(h, tail);
-    [(h >> 48) as usize, ((h >> 32) & 0xffff) as usize]
-}
-
-/// Puts `name` in the filter: it may hold a lock or have waiters.
-pub fn note_lock_name(name: &[u8]) {
-    for bit in name_bits(name) {
-        NAME_BITS[bit / 64].fetch_or(1 << (bit % 64), Relaxed);
-    }
-    NAMES_ADDED.fetch_add(1, Relaxed);
-}
-
-/// Whether `name` may hold a lock or have waiters (`false`: it does not).
-pub fn may_hold_lock(name: &[u8]) -> bool {
-    NAMES_UNKNOWN.load(Relaxed)
-        || name_bits(name)
-            .iter()
-            .all(|&bit| NAME_BITS[bit / 64].load(Relaxed) & (1 << (bit % 64)) != 0)
-}
-
-/// A lock command runs: the filter is not emptied meanwhile (the command
-/// put its key in before it ran, and may make a lock there after a
-/// notification found none left).
-static IN_LOCK_COMMAND: AtomicBool = AtomicBool::new(false);
-
-/// Runs a lock command that may make a lock or a waiter under `name`: puts
-/// the name in the filter first, and keeps the filter from being emptied
-/// until the command is done.
-pub fn lock_command<R>(name: Option<&[u8]>, command: impl FnOnce() -> R) -> R {
-    /// Clears the flag even if `command` panics (caught at the boundary).
-    struct Done;
-    impl Drop for Done {
-        fn drop(&mut self) {
-            IN_LOCK_COMMAND.store(false, Relaxed);
-        }
-    }
-    if let Some(name) = name {
-        note_lock_name(name);
-    }
-    IN_LOCK_COMMAND.store(true, Relaxed);
-    let _done = Done;
-    command()
-}
-
-/// Empties the filter if no lock exists, `nobody_waits` (nor waits for
-/// lease work), no lock command runs, and enough names went in to make it
-/// worth a pass (main thread).
-pub fn forget_lock_names_if_idle(nobody_waits: bool) {
-    let full = NAMES_ADDED.load(Relaxed) >= EMPTY_AFTER || NAMES_UNKNOWN.load(Relaxed);
-    if full && nobody_waits && !IN_LOCK_COMMAND.load(Relaxed) && stats::HELD.get() <= 0 {
-        for word in &NAME_BITS {
-            word.store(0, Relaxed);
-        }
-        NAMES_ADDED.store(0, Relaxed);
-        NAMES_UNKNOWN.store(false, Relaxed);
-    }
 }

@@ -1,23 +1,26 @@
-//! What the module hears from the server: keyspace notifications and the
-//! flush, swap-db and loading server events.
+//! What the module hears from the server: keyspace notifications, the
+//! flush, swap-db and loading server events, and the replication events
+//! (a fork, a replica coming or going, a role change).
 //!
-//! Three uses. (1) A lock with waiters can be freed by any command (`DEL`,
+//! Four uses. (1) A lock with waiters can be freed by any command (`DEL`,
 //! `RENAME`, `MOVE`, eviction, a flush…): every notification about such a
-//! key reports it to [`waiting::freed_by_event`], and a `persist`, `expire`
-//! or `restore` of a lock to [`waiting::ttl_changed`]; callbacks must not
-//! write, so the work runs right after the command (see `waiting`). (2)
+//! key reports it to [`host::freed_by_event`], and a `persist`, `expire`
+//! or `restore` of a lock to [`host::ttl_changed`]; callbacks must not
+//! write, so the work runs right after the command (see `host`). (2)
 //! Redis tells a data type that a key left the keyspace (`unlink2`) but not
 //! why; an `expired` notification that follows at once, with no other event
 //! about the key between, tells why: pairing the two counts leases that
 //! ended while held. (3) At the end of loading, the fence
-//! counter is re-based on the clock (see [`on_server_event`]).
+//! counter is re-based on the clock (see [`on_server_event`]). (4) A fork,
+//! a replica change or a role change concerns several parts at once (see
+//! [`on_replication_event`]): a module has one callback per event.
 //!
 //! Every notification heard costs the command that caused it, module data
 //! or not: Redis builds a module context per delivery (~700 instructions).
 //! So the module hears keys only once a lock may exist (see
 //! `ffi::at_first_lock`), and a notification about a key that never held a
 //! lock nor had waiters returns after a hash of its name (see
-//! `datatype::may_hold_lock`), without a key lookup.
+//! `lock_names::may_hold_lock`), without a key lookup.
 
 use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_void};
@@ -26,18 +29,20 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ffi::{at_first_lock, guard, lock_may_exist, now_ms};
-use crate::ffi::{datatype, ephemeral, quarantine, upgrade};
-use crate::ffi::{subscribe_to_server_event, waiting};
-use crate::queue::LockName;
-use crate::{fence, stats};
+use crate::ffi::{datatype, ephemeral, ephemeral_ends, expired_held, lock_names, partition};
+use crate::ffi::{host, subscribe_to_server_event};
+use crate::ffi::{propagation, quarantine, upgrade};
+use redislock_core::queue::LockName;
+use redislock_core::{fence, stats};
 
 thread_local! {
     /// Whether the load under way is the server's own AOF.
     static LOADING_AOF: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Subscribes to what the module needs to hear: at load, the loading
-/// events; the rest once a lock may exist ([`subscribe_for_locks`]).
+/// Subscribes to what the module needs to hear: at load, the loading and
+/// replication events; the rest once a lock may exist
+/// ([`subscribe_for_locks`]).
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
     // SAFETY: a copy of the API table's entry, read after module load.
     if unsafe { raw::RedisModule_SubscribeToKeyspaceEvents }.is_none() {
@@ -51,7 +56,22 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
         return Err("cannot subscribe to server events");
     }
     // A server where nobody locks pays nothing for the module on its keys.
-    at_first_lock(ctx.ctx, subscribe_for_locks)
+    at_first_lock(ctx.ctx, subscribe_for_locks)?;
+    // Nor per disconnect, where nobody asks `EPHEMERAL`: the client-change
+    // event is subscribed at the first binding.
+    ephemeral::hear_closes_with(Some(ephemeral_ends::on_client_change));
+    propagation::watch(ctx)?;
+    let events = [
+        raw::REDISMODULE_EVENT_FORK_CHILD,
+        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+    ];
+    for id in events {
+        if !subscribe_to_server_event(ctx.ctx, id, Some(on_replication_event)) {
+            return Err("cannot subscribe to replication events");
+        }
+    }
+    Ok(())
 }
 
 /// The keyspace notifications, flushes and swaps: they matter only to a
@@ -126,23 +146,26 @@ fn keyspace_event(
     // Another event first (`expire` after a `SET … PX` over the lock, `del`,
     // `rename_to`…) means the lock left some other way, and an `expired`
     // after it is about the value that replaced the lock.
-    if datatype::unlinked_pending() && datatype::take_unlinked(db(), name) && event == b"expired" {
+    if expired_held::unlinked_pending()
+        && expired_held::take_unlinked(db(), name)
+        && event == b"expired"
+    {
         stats::EXPIRED_HELD.incr();
     }
     if ARRIVALS.contains(&event) && is_lock(ctx, key) {
         // A lock under a new name: from now on its notifications count.
-        datatype::note_lock_name(name);
-    } else if !datatype::may_hold_lock(name) {
+        lock_names::note_lock_name(name);
+    } else if !lock_names::may_hold_lock(name) {
         return; // no lock and no waiter was ever under this name
     }
     ephemeral::key_event(db(), event, name);
-    if waiting::serving_inline() {
+    if host::serving_inline() {
         return; // our own command frees the lock and serves it itself
     }
-    let nobody_waits = !waiting::anyone_waiting();
+    let nobody_waits = !host::anyone_waiting();
     if TTL_EVENTS.contains(&event) {
         if is_lock(ctx, key) {
-            waiting::ttl_changed(ctx, LockName::new(db(), name));
+            host::ttl_changed(ctx, LockName::new(db(), name));
         } else if !nobody_waits {
             // Not a lock (any more): another value, or nothing. Reading the
             // key may itself have deleted it: Redis 7.0 expires a key a
@@ -150,13 +173,13 @@ fn keyspace_event(
             // `expire` first), and does not send the `expired` that follows
             // to the module whose callback caused it. Its waiters are served
             // if the key is gone, or wait on for the other value.
-            waiting::freed_by_event(ctx, LockName::new(db(), name));
+            host::freed_by_event(ctx, LockName::new(db(), name));
         }
     } else if !nobody_waits {
-        waiting::freed_by_event(ctx, LockName::new(db(), name));
+        host::freed_by_event(ctx, LockName::new(db(), name));
     }
     // The last lock may just have gone.
-    datatype::forget_lock_names_if_idle(nobody_waits);
+    lock_names::forget_lock_names_if_idle(nobody_waits);
 }
 
 /// Events that bring a value to a new name (a lock keeps its lease):
@@ -253,6 +276,38 @@ fn server_event(
         _ => return,
     };
     for db in dbs {
-        waiting::freed_db(ctx, db, in_command);
+        host::freed_db(ctx, db, in_command);
     }
+}
+
+/// A fork, a replica change or a role change: whether effects have
+/// listeners is read again, a fork has the fence counter recorded, a
+/// replica that becomes a master starts its quarantine (it may lack holds
+/// its old master granted), a role change drops the ephemeral bindings,
+/// and the replicas gate looks again: one callback, as a module has one
+/// per event.
+extern "C" fn on_replication_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("replication event", (), || {
+        propagation::refresh(ctx);
+        let forked = event.id == raw::REDISMODULE_EVENT_FORK_CHILD
+            && subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN;
+        if forked {
+            propagation::forked(ctx);
+        }
+        let promoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
+        if promoted {
+            quarantine::promoted(partition::lag_ms());
+        }
+        if event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
+            ephemeral::role_changed();
+        }
+        // Redis recounts its good replicas when one comes or goes.
+        partition::refresh(ctx);
+    });
 }

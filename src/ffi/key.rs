@@ -7,13 +7,14 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::args::ShareChange;
-use crate::error::LockError;
 use crate::ffi::datatype::{self, raw_type, StoredLock, LEASE_UNKNOWN};
+use crate::ffi::latency::{self, HoldEnds};
 use crate::ffi::{now_ms, propagation};
-use crate::holds::{Changes, Holder, Holds, Mode};
-use crate::lock::{self, Hold, Lock};
-use crate::stats;
+use redislock_core::args::ShareChange;
+use redislock_core::error::LockError;
+use redislock_core::holds::{Changes, Holder, Holds, Mode};
+use redislock_core::lock::{self, Hold, Lock};
+use redislock_core::stats;
 
 /// `RedisModule_Replicate`'s type.
 type ReplicateFn = unsafe extern "C" fn(
@@ -26,15 +27,22 @@ type ReplicateFn = unsafe extern "C" fn(
 /// `PTTL`'s "no expiry", and ours for a lock someone `PERSIST`ed.
 const NO_EXPIRE: i64 = -1;
 
-/// The holds in a key as (fence, lease end) each, in plain numbers: what
-/// the hold-time record compares before and after a write.
-pub enum HoldEnds {
-    /// No lock there.
-    Free,
-    /// One exclusive hold (read without allocating).
-    One(u64, u64),
-    /// Shared holds.
-    Many(Vec<(u64, u64)>),
+/// The holds in a key before the module writes it, to compare with after
+/// for the hold-time record ([`latency::holds_rewritten`]).
+pub struct Tracked(HoldEnds);
+
+impl Tracked {
+    /// Notes what `key` holds now.
+    pub fn before(key: &LockKey) -> Tracked {
+        Tracked(key.hold_ends())
+    }
+
+    /// The write is done: holds whose fence went ended, new fences began.
+    /// `raised`: `LOCK.FENCE` moved one hold's fence (from, to), and that
+    /// hold goes on.
+    pub fn after(self, key: &LockKey, raised: Option<(u64, u64)>) {
+        latency::holds_rewritten(self.0, key.hold_ends(), raised);
+    }
 }
 
 /// An open key, closed on drop.
@@ -77,7 +85,7 @@ pub enum Access {
     Write,
 }
 
-pub use crate::orchestrate::Lease;
+pub use redislock_core::orchestrate::Lease;
 
 impl<'a> LockKey<'a> {
     /// Opens `name` for a client's command. Opening lazily expires a key
