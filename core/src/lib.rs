@@ -18,6 +18,7 @@
 //! | [`queue`] | the FIFO of clients waiting on each lock |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |
 //! | [`orchestrate`] | the sequencing around them, over a [`orchestrate::Host`]: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks |
+//! | [`owner`] | owner tokens of the usual forms (`<uuid>:<thread>`, `<hex>:<n>`, …) in fewer bytes, and back to the same text |
 //! | [`quarantine`] | no fresh hold for `lock.max-ttl` ms after a start or a promotion (plus the replicas' lag after a promotion) |
 //! | [`partition`] | the replicas gate: no grant where Redis would refuse writes for lack of replicas, nor until they are seen following again |
 //! | [`cluster`] | hash slots and where a migrated key went |
@@ -38,6 +39,7 @@ pub mod latency;
 pub mod limits;
 pub mod lock;
 pub mod orchestrate;
+pub mod owner;
 pub mod partition;
 pub mod quarantine;
 pub mod queue;

@@ -1,13 +1,19 @@
 //! The lock's module data type: what a lock key holds, and the callbacks
 //! Redis calls to save, load, rewrite, copy, digest, size and free it.
 //!
-//! A value is one allocation: the numbers of the hold (count, fence, lease
-//! end) followed by the owner's bytes. The lease end is stored here and
+//! A value is one allocation. An exclusive hold is the numbers of the hold
+//! (count, fence, lease end, start) and its owner: in 32 bytes when the
+//! owner is of a usual form (`<uuid>:<thread>`, `<hex>:<n>`: see
+//! `redislock_core::owner`) and the numbers are the usual ones, else a
+//! header and the owner, packed or as it came. Redis adds its own bytes
+//! per key around it (the key's name and table entries, the object and its
+//! module-value wrapper); this value is the part the module decides. The lease end is stored here and
 //! mirrored as the key's TTL (see `ffi::key`); the stored one is the truth
 //! when the two disagree (no lock lives forever).
 
 use std::alloc::{self, Layout};
 use std::ffi::CString;
+use std::ops::Deref;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -20,6 +26,7 @@ use redislock_core::holds::{Holder, Holds, Mode};
 use redislock_core::limits::MAX_COUNT;
 use redislock_core::lock::Hold;
 use redislock_core::{fence, stats};
+use redislock_core::owner::{Packed, Suffix, Text, MAX_ENCODED};
 
 /// The RDB encoding of a lock value. Version history (every one must stay
 /// loadable: see [`rdb_load`]; `tests/fixtures/v1-locks.rdb` is a version 1
@@ -45,30 +52,43 @@ pub static V1_LOADED: AtomicU64 = AtomicU64::new(0);
 /// is stored as this, which no lease reaches in practice.
 const MAX_TIME: u64 = (1 << 48) - 1;
 
-/// The `owner_len` of a [`SharedLock`]'s header (owners are at most 1024 bytes).
-const SHARED_TAG: u16 = u16::MAX;
+// A value is one of three forms, told by the low two bits of its first byte.
+/// An exclusive hold whose owner packs ([`Packed`]) and whose numbers are
+/// the usual ones, in 32 bytes (jemalloc's 32-byte class):
+///
+/// | bytes  | what |
+/// |--------|------|
+/// | 0      | the form; bit 2: a dashed owner; bit 3: a number after it; bits 4–7: count − 1 |
+/// | 1..17  | the owner's 128-bit value |
+/// | 17..24 | the fence (below 2^56) |
+/// | 24     | since − fence / 2^10, signed: a fence is the clock × 2^10 when the hold began |
+/// | 25..29 | lease end − since |
+/// | 29..32 | the owner's number (below 2^24), or 0 |
+const COMPACT: u8 = 0;
+/// Any exclusive hold: a 26-byte header (a u16 of the form, bit 2 set when
+/// the owner is packed, and the stored owner's length above bit 3; fence
+/// u64, count u32, lease 48 bits, since 48 bits, all little-endian), then
+/// the owner as it came or packed.
+const WIDE: u8 = 1;
+/// A [`SharedLock`]: the header, then the holds.
+const SHARED: u8 = 2;
 
-/// What a lock key's value is. Never built on the stack: an exclusive
-/// lock lives in one allocation made by [`StoredLock::new_raw`], with
-/// `owner_len` bytes of owner right after these 26 bytes (packed, so that
-/// a `<uuid>:<thread>` owner still fits jemalloc's 64-byte class with the
-/// hold's start time in it); a shared one is a [`SharedLock`], whose
-/// header says so. It is seen through references to it.
-#[repr(C, packed)]
+const COMPACT_LEN: usize = 32;
+const WIDE_HEAD: usize = 26;
+/// The most counts the compact form keeps.
+const COMPACT_COUNT: u64 = 16;
+/// The most owner numbers the compact form keeps.
+const COMPACT_NUMBER: u64 = (1 << 24) - 1;
+
+/// What a lock key's value is. Never built on the stack: the first bytes of
+/// one allocation made by [`StoredLock::new_raw`] (the compact or the wide
+/// form, each at least this long) or [`StoredLock::new_shared`], seen
+/// through references to it; the accessors read the rest of the allocation
+/// by its form.
+#[repr(C)]
 #[derive(Debug)]
 pub struct StoredLock {
-    fence: u64,
-    /// Counts are at most [`redislock_core::limits::MAX_COUNT`].
-    count: u32,
-    /// Lease end, unix ms, or [`LEASE_UNKNOWN`] (48 bits).
-    lease: [u8; 6],
-    /// When the hold began, unix ms (48 bits).
-    since: [u8; 6],
-    /// Owners are at most 1024 bytes (`args::MAX_OWNER_LEN`); [`SHARED_TAG`]
-    /// marks a [`SharedLock`].
-    owner_len: u16,
-    /// Where the owner's bytes begin.
-    owner: [u8; 0],
+    head: [u8; WIDE_HEAD],
 }
 
 /// A lock held shared (or any lock whose holds are not one exclusive
@@ -79,53 +99,206 @@ pub struct SharedLock {
     pub holds: Holds,
 }
 
-fn time_bytes(ms: u64) -> [u8; 6] {
-    let mut out = [0; 6];
-    out.copy_from_slice(&ms.min(MAX_TIME).to_le_bytes()[..6]);
-    out
+/// An exclusive hold's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Numbers {
+    count: u64,
+    fence: u64,
+    lease: u64,
+    since: u64,
 }
 
-fn time_of(bytes: [u8; 6]) -> u64 {
+/// An exclusive value's owner: borrowed from the value, or unpacked.
+pub enum OwnerBytes<'a> {
+    Stored(&'a [u8]),
+    Unpacked(Text),
+}
+
+impl Deref for OwnerBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            OwnerBytes::Stored(bytes) => bytes,
+            OwnerBytes::Unpacked(text) => text,
+        }
+    }
+}
+
+fn le(bytes: &[u8]) -> u64 {
     let mut full = [0; 8];
-    full[..6].copy_from_slice(&bytes);
+    full[..bytes.len()].copy_from_slice(bytes);
     u64::from_le_bytes(full)
 }
 
+/// The compact form of an exclusive hold, if its owner and numbers fit it.
+fn compact(owner: &Packed, n: Numbers) -> Option<[u8; COMPACT_LEN]> {
+    let number = match owner.suffix {
+        Suffix::None => None,
+        Suffix::Number(k) if k <= COMPACT_NUMBER => Some(k),
+        _ => return None,
+    };
+    if !(1..=COMPACT_COUNT).contains(&n.count) || n.fence >= 1 << 56 {
+        return None;
+    }
+    let since_delta = i8::try_from(n.since as i64 - (n.fence >> 10) as i64).ok()?;
+    let lease_delta = u32::try_from(n.lease.checked_sub(n.since)?).ok()?;
+    if n.lease == LEASE_UNKNOWN || n.lease > MAX_TIME {
+        return None;
+    }
+    let mut out = [0; COMPACT_LEN];
+    out[0] = COMPACT
+        | u8::from(owner.dashed) << 2
+        | u8::from(number.is_some()) << 3
+        | ((n.count - 1) as u8) << 4;
+    out[1..17].copy_from_slice(&owner.id);
+    out[17..24].copy_from_slice(&n.fence.to_le_bytes()[..7]);
+    out[24] = since_delta as u8;
+    out[25..29].copy_from_slice(&lease_delta.to_le_bytes());
+    out[29..32].copy_from_slice(&number.unwrap_or(0).to_le_bytes()[..3]);
+    Some(out)
+}
+
+/// The owner and numbers of a compact value's bytes.
+fn uncompact(bytes: &[u8; COMPACT_LEN]) -> (Packed, Numbers) {
+    let mut id = [0; 16];
+    id.copy_from_slice(&bytes[1..17]);
+    let owner = Packed {
+        id,
+        dashed: bytes[0] & 4 != 0,
+        suffix: if bytes[0] & 8 != 0 {
+            Suffix::Number(le(&bytes[29..32]))
+        } else {
+            Suffix::None
+        },
+    };
+    let fence = le(&bytes[17..24]);
+    let since = ((fence >> 10) as i64 + i64::from(bytes[24] as i8)) as u64;
+    let numbers = Numbers {
+        count: u64::from(bytes[0] >> 4) + 1,
+        fence,
+        lease: since + le(&bytes[25..29]),
+        since,
+    };
+    (owner, numbers)
+}
+
+/// The wide header of an exclusive hold whose stored owner is `len` bytes
+/// (`packed`: encoded by [`Packed::encode`]).
+fn wide_head(len: usize, packed: bool, n: Numbers) -> [u8; WIDE_HEAD] {
+    let mut out = [0; WIDE_HEAD];
+    let tag = u16::from(WIDE) | u16::from(packed) << 2 | (len as u16) << 3;
+    out[0..2].copy_from_slice(&tag.to_le_bytes());
+    out[2..10].copy_from_slice(&n.fence.to_le_bytes());
+    let count = u32::try_from(n.count).unwrap_or(u32::MAX);
+    out[10..14].copy_from_slice(&count.to_le_bytes());
+    out[14..20].copy_from_slice(&n.lease.min(MAX_TIME).to_le_bytes()[..6]);
+    out[20..26].copy_from_slice(&n.since.min(MAX_TIME).to_le_bytes()[..6]);
+    out
+}
+
 impl StoredLock {
-    /// The allocation for an owner of `len` bytes: the header, then the owner.
-    fn layout(len: usize) -> Option<Layout> {
-        let size = std::mem::offset_of!(StoredLock, owner).checked_add(len)?;
+    /// The allocation of a compact or wide value of `size` bytes.
+    fn layout(size: usize) -> Option<Layout> {
         Layout::from_size_align(size, std::mem::align_of::<StoredLock>()).ok()
     }
 
-    /// Makes an exclusive value for Redis: one allocation, owner inline.
-    /// Every lock value is born here or in [`StoredLock::new_shared`] and
-    /// dies in [`StoredLock::free_raw`], which is how `INFO lock` counts
-    /// `held`. Null if the owner is too long to store.
+    fn form(&self) -> u8 {
+        self.head[0] & 3
+    }
+
+    /// The wide form's stored owner length and whether it is packed.
+    fn wide_owner(&self) -> (usize, bool) {
+        let tag = u16::from_le_bytes([self.head[0], self.head[1]]);
+        (usize::from(tag >> 3), tag & 4 != 0)
+    }
+
+    /// This value's bytes (compact and wide forms).
+    fn bytes(&self) -> &[u8] {
+        let len = match self.form() {
+            COMPACT => COMPACT_LEN,
+            WIDE => WIDE_HEAD + self.wide_owner().0,
+            _ => WIDE_HEAD,
+        };
+        // SAFETY: a compact value is an allocation of `COMPACT_LEN` bytes
+        // and a wide one of its header and owner (`new_raw`), alive as long
+        // as `self`; a shared one is read no further than its header.
+        unsafe { std::slice::from_raw_parts((self as *const StoredLock).cast::<u8>(), len) }
+    }
+
+    /// This value's bytes, to change in place (compact and wide forms).
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.bytes().len();
+        // SAFETY: as in `bytes`; `&mut self` makes this the only borrow.
+        unsafe { std::slice::from_raw_parts_mut((self as *mut StoredLock).cast::<u8>(), len) }
+    }
+
+    /// An exclusive value's numbers (`None`: a shared one).
+    fn numbers(&self) -> Option<Numbers> {
+        match self.form() {
+            COMPACT => {
+                let bytes: &[u8; COMPACT_LEN] = self.bytes().try_into().ok()?;
+                Some(uncompact(bytes).1)
+            }
+            WIDE => Some(Numbers {
+                fence: le(&self.head[2..10]),
+                count: le(&self.head[10..14]),
+                lease: le(&self.head[14..20]),
+                since: le(&self.head[20..26]),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Makes an exclusive value for Redis: one allocation, owner inline,
+    /// packed when it is of a usual form ([`Packed`]), in 32 bytes when
+    /// the numbers fit too. Every lock value is born here or in
+    /// [`StoredLock::new_shared`] and dies in [`StoredLock::free_raw`],
+    /// which is how `INFO lock` counts `held`. Null if the owner is too
+    /// long to store.
     pub fn new_raw(owner: &[u8], count: u64, fence: u64, lease: u64, since: u64) -> *mut c_void {
-        let (Ok(owner_len @ 0..=1024), Some(layout)) =
-            (u16::try_from(owner.len()), Self::layout(owner.len()))
-        else {
+        let numbers = Numbers {
+            count: count.min(u64::from(u32::MAX)),
+            fence,
+            lease: lease.min(MAX_TIME),
+            since: since.min(MAX_TIME),
+        };
+        let packed = Packed::parse(owner);
+        if let Some(bytes) = packed.as_ref().and_then(|p| compact(p, numbers)) {
+            return Self::alloc_with(&[&bytes]);
+        }
+        if owner.len() > MAX_OWNER_LEN {
+            return ptr::null_mut();
+        }
+        let mut encoded = [0; MAX_ENCODED];
+        let stored = match packed {
+            Some(p) => {
+                let len = p.encode(&mut encoded);
+                &encoded[..len]
+            }
+            None => owner,
+        };
+        let head = wide_head(stored.len(), packed.is_some(), numbers);
+        Self::alloc_with(&[&head, stored])
+    }
+
+    /// One allocation holding `parts` one after the other: a new value.
+    fn alloc_with(parts: &[&[u8]]) -> *mut c_void {
+        let size = parts.iter().map(|p| p.len()).sum();
+        let Some(layout) = Self::layout(size) else {
             return ptr::null_mut();
         };
-        // SAFETY: the layout has a non-zero size; the header is written
-        // whole and the owner copied right after it, inside the allocation
-        // (`layout` counted both).
+        // SAFETY: the layout has a non-zero size (every form has a header)
+        // and the parts are copied inside it, one after the other.
         unsafe {
-            let value = alloc::alloc(layout).cast::<StoredLock>();
+            let value = alloc::alloc(layout);
             if value.is_null() {
                 alloc::handle_alloc_error(layout);
             }
-            value.write(StoredLock {
-                fence,
-                count: u32::try_from(count).unwrap_or(u32::MAX),
-                lease: time_bytes(lease),
-                since: time_bytes(since),
-                owner_len,
-                owner: [],
-            });
-            let start = ptr::addr_of_mut!((*value).owner).cast::<u8>();
-            ptr::copy_nonoverlapping(owner.as_ptr(), start, owner.len());
+            let mut at = 0;
+            for part in parts {
+                ptr::copy_nonoverlapping(part.as_ptr(), value.add(at), part.len());
+                at += part.len();
+            }
             born(value.cast())
         }
     }
@@ -133,15 +306,10 @@ impl StoredLock {
     /// Makes a shared value for Redis (`holds` has at least one holder).
     pub fn new_shared(holds: Holds) -> *mut c_void {
         stats::SHARED_HELD.add(holds.len() as i64);
+        let mut head = [0; WIDE_HEAD];
+        head[0] = SHARED;
         let value = Box::new(SharedLock {
-            head: StoredLock {
-                fence: 0,
-                count: 0,
-                lease: [0; 6],
-                since: [0; 6],
-                owner_len: SHARED_TAG,
-                owner: [],
-            },
+            head: StoredLock { head },
             holds,
         });
         born(Box::into_raw(value).cast())
@@ -158,13 +326,13 @@ impl StoredLock {
         }
         stats::HELD.add(-1);
         // SAFETY: the caller's contract; a shared value was made by a
-        // `Box`, an exclusive one with the layout of its owner's length.
+        // `Box`, an exclusive one with the layout of its bytes.
         unsafe {
-            let len = (*value.cast::<StoredLock>()).owner_len;
-            if len == SHARED_TAG {
+            let lock = &*value.cast::<StoredLock>();
+            if lock.form() == SHARED {
                 let shared = Box::from_raw(value.cast::<SharedLock>());
                 stats::SHARED_HELD.add(-(shared.holds.len() as i64));
-            } else if let Some(layout) = Self::layout(len as usize) {
+            } else if let Some(layout) = Self::layout(lock.bytes().len()) {
                 alloc::dealloc(value.cast(), layout);
             }
         }
@@ -172,7 +340,7 @@ impl StoredLock {
 
     /// The holds of a shared value (`None`: an exclusive one).
     pub fn shared(&self) -> Option<&Holds> {
-        if self.owner_len != SHARED_TAG {
+        if self.form() != SHARED {
             return None;
         }
         // SAFETY: a header with the tag is the head of a `SharedLock`
@@ -183,7 +351,7 @@ impl StoredLock {
     /// The holds of a shared value, to change in place (`None`: an
     /// exclusive one).
     pub fn shared_mut(&mut self) -> Option<&mut Holds> {
-        if self.owner_len != SHARED_TAG {
+        if self.form() != SHARED {
             return None;
         }
         // SAFETY: as in `shared`; `&mut self` makes this the only borrow.
@@ -191,17 +359,24 @@ impl StoredLock {
     }
 
     /// The owner token (empty for a shared value: no owner is empty).
-    pub fn owner(&self) -> &[u8] {
-        if self.owner_len == SHARED_TAG {
-            return &[];
-        }
-        // SAFETY: every exclusive StoredLock lives in an allocation made by
-        // `new_raw`, with `owner_len` initialised bytes at `owner`.
-        unsafe {
-            std::slice::from_raw_parts(
-                ptr::addr_of!(self.owner).cast::<u8>(),
-                self.owner_len as usize,
-            )
+    pub fn owner(&self) -> OwnerBytes<'_> {
+        match self.form() {
+            COMPACT => match self.bytes().try_into() {
+                Ok(bytes) => OwnerBytes::Unpacked(uncompact(bytes).0.text()),
+                Err(_) => OwnerBytes::Stored(&[]),
+            },
+            WIDE => {
+                let (_, packed) = self.wide_owner();
+                let stored = &self.bytes()[WIDE_HEAD..];
+                if !packed {
+                    return OwnerBytes::Stored(stored);
+                }
+                match Packed::decode(stored) {
+                    Some(p) => OwnerBytes::Unpacked(p.text()),
+                    None => OwnerBytes::Stored(&[]),
+                }
+            }
+            _ => OwnerBytes::Stored(&[]),
         }
     }
 
@@ -209,7 +384,7 @@ impl StoredLock {
     pub fn count(&self) -> u64 {
         match self.shared() {
             Some(holds) => holds.len() as u64,
-            None => u64::from(self.count),
+            None => self.numbers().map_or(0, |n| n.count),
         }
     }
 
@@ -217,7 +392,7 @@ impl StoredLock {
     pub fn fence(&self) -> u64 {
         match self.shared() {
             Some(holds) => holds.holders().map(|h| h.hold.fence).max().unwrap_or(0),
-            None => self.fence,
+            None => self.numbers().map_or(0, |n| n.fence),
         }
     }
 
@@ -225,19 +400,46 @@ impl StoredLock {
     pub fn lease(&self) -> u64 {
         match self.shared() {
             Some(holds) => holds.latest_lease().unwrap_or(0),
-            None => time_of(self.lease),
+            None => self.numbers().map_or(0, |n| n.lease),
         }
     }
 
     /// When the hold began, unix ms (exclusive values).
     pub fn since(&self) -> u64 {
-        time_of(self.since)
+        self.numbers().map_or(0, |n| n.since)
     }
 
-    /// Sets the stored lease end of an exclusive value.
-    pub fn set_lease(&mut self, lease: u64) {
-        if self.owner_len != SHARED_TAG {
-            self.lease = time_bytes(lease);
+    /// Writes `numbers` in place: `false` if they do not fit this
+    /// value's form (a compact value whose fence, count or lease moved
+    /// too far), and the caller stores a new value.
+    fn set_numbers(&mut self, numbers: Numbers) -> bool {
+        match self.form() {
+            COMPACT => {
+                let Ok(bytes) = <&[u8; COMPACT_LEN]>::try_from(self.bytes()) else {
+                    return false;
+                };
+                let Some(new) = compact(&uncompact(bytes).0, numbers) else {
+                    return false;
+                };
+                self.bytes_mut().copy_from_slice(&new);
+                true
+            }
+            WIDE => {
+                let (len, packed) = self.wide_owner();
+                self.head = wide_head(len, packed, numbers);
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// Sets the stored lease end of an exclusive value; `false`: it does
+    /// not fit this value, store a new one.
+    #[must_use]
+    pub fn set_lease(&mut self, lease: u64) -> bool {
+        match self.numbers() {
+            Some(n) => self.set_numbers(Numbers { lease, ..n }),
+            None => true,
         }
     }
 
@@ -245,18 +447,26 @@ impl StoredLock {
     pub fn holds(&self) -> Holds {
         match self.shared() {
             Some(holds) => holds.clone(),
-            None => Holds::from_parts(
-                Mode::Exclusive,
-                vec![Holder {
-                    owner: self.owner().to_vec(),
-                    hold: Hold {
-                        count: self.count(),
-                        fence: self.fence,
-                        expires_at: self.lease(),
-                    },
-                    since: self.since(),
-                }],
-            ),
+            None => {
+                let n = self.numbers().unwrap_or(Numbers {
+                    count: 0,
+                    fence: 0,
+                    lease: 0,
+                    since: 0,
+                });
+                Holds::from_parts(
+                    Mode::Exclusive,
+                    vec![Holder {
+                        owner: self.owner().to_vec(),
+                        hold: Hold {
+                            count: n.count,
+                            fence: n.fence,
+                            expires_at: n.lease,
+                        },
+                        since: n.since,
+                    }],
+                )
+            }
         }
     }
 
@@ -268,7 +478,7 @@ impl StoredLock {
                     f(h.hold.fence, h.hold.expires_at);
                 }
             }
-            None => f(self.fence, self.lease()),
+            None => f(self.fence(), self.lease()),
         }
     }
 
@@ -279,7 +489,7 @@ impl StoredLock {
                 .holders()
                 .map(|h| (h.hold.fence, h.hold.expires_at))
                 .collect(),
-            None => vec![(self.fence, self.lease())],
+            None => vec![(self.fence(), self.lease())],
         }
     }
 
@@ -293,16 +503,24 @@ impl StoredLock {
                         .map(|h| std::mem::size_of::<Holder>() + h.owner.len())
                         .sum::<usize>()
             }
-            None => Self::layout(self.owner_len as usize).map_or(0, |layout| layout.size()),
+            None => self.bytes().len(),
         }
     }
 
     /// Writes the numbers of `hold` in place in an exclusive value (the
-    /// owner and start are unchanged).
-    pub fn set_hold(&mut self, hold: Hold) {
-        self.count = u32::try_from(hold.count).unwrap_or(u32::MAX);
-        self.fence = hold.fence;
-        self.set_lease(hold.expires_at);
+    /// owner and start are unchanged); `false`: they do not fit this
+    /// value, store a new one with [`StoredLock::new_raw`].
+    #[must_use]
+    pub fn set_hold(&mut self, hold: Hold) -> bool {
+        match self.numbers() {
+            Some(n) => self.set_numbers(Numbers {
+                count: hold.count.min(u64::from(u32::MAX)),
+                fence: hold.fence,
+                lease: hold.expires_at.min(MAX_TIME),
+                since: n.since,
+            }),
+            None => true,
+        }
     }
 }
 

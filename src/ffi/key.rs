@@ -1,13 +1,13 @@
 //! Opening a lock key, showing it to the core as a [`Lock`], writing decisions back, and
 //! sending each change to replicas and the AOF as an effect.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::ffi::datatype::{self, raw_type, StoredLock, LEASE_UNKNOWN};
+use crate::ffi::datatype::{self, raw_type, OwnerBytes, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::latency::{self, HoldEnds};
 use crate::ffi::{now_ms, propagation};
 use redislock_core::args::ShareChange;
@@ -58,6 +58,9 @@ pub struct LockKey<'a> {
     /// (its clock, the lock's lease); only this key's own writes change it
     /// while it is open, and they keep this up to date.
     expiry: Cell<Option<Option<u64>>>,
+    /// Owners [`LockKey::current`] unpacked (a packed owner has no text in
+    /// the value for its `Lock` to borrow), kept while the key is open.
+    owner_texts: RefCell<Vec<Box<[u8]>>>,
 }
 
 /// The key's name: the caller's, or one the key keeps alive itself (the
@@ -118,6 +121,7 @@ impl<'a> LockKey<'a> {
             key,
             in_command,
             expiry: Cell::new(None),
+            owner_texts: RefCell::new(Vec::new()),
         }
     }
 
@@ -201,14 +205,31 @@ impl<'a> LockKey<'a> {
         };
         // A shared lock shows as held by nobody (no owner is empty), so a
         // path that knows only exclusive holds finds it busy, never its own.
+        let owner = match stored.owner() {
+            OwnerBytes::Stored(bytes) => bytes,
+            OwnerBytes::Unpacked(text) => self.keep_text(&text),
+        };
         Ok(Some(Lock {
-            owner: stored.owner(),
+            owner,
             hold: Hold {
                 count: stored.count(),
                 fence: stored.fence(),
                 expires_at: lock::lease_end(stored.lease(), self.expires_at()),
             },
         }))
+    }
+
+    /// `text` kept as long as the key is open (the last one kept is reused
+    /// when it is the same).
+    fn keep_text(&self, text: &[u8]) -> &[u8] {
+        let mut texts = self.owner_texts.borrow_mut();
+        if texts.last().is_none_or(|last| **last != *text) {
+            texts.push(text.into());
+        }
+        let kept: *const [u8] = texts.last().map_or(&[][..], |last| &**last);
+        // SAFETY: the boxes are never changed nor dropped before the key
+        // is (only pushed to), so the bytes outlive this borrow of `self`.
+        unsafe { &*kept }
     }
 
     /// The holds here in plain numbers ([`HoldEnds`]).
@@ -443,7 +464,9 @@ impl<'a> LockKey<'a> {
     pub fn move_lease(&mut self, lease: u64) {
         // SAFETY: the key's live value; `&mut self` makes this the only borrow.
         if let Ok(Some(value)) = self.value_ptr().map(|v| unsafe { v.as_mut() }) {
-            value.set_lease(lease);
+            if !value.set_lease(lease) {
+                self.refit_lease(lease);
+            }
             self.set_expiry(lease);
         }
     }
@@ -457,13 +480,25 @@ impl<'a> LockKey<'a> {
             // SAFETY: the key's live value; `&mut self` makes this the only
             // borrow of it. Same owner (reentry, release, renew): update the
             // numbers in place, no allocation.
-            Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| l.owner() == owner) => unsafe {
-                let stored = &mut *current;
+            Ok(current) if unsafe { current.as_ref() }.is_some_and(|l| *l.owner() == *owner) => {
+                // SAFETY: as the guard's: the key's live value, only borrow.
+                let stored = unsafe { &mut *current };
                 lease_only = stored.count() == hold.count
                     && stored.fence() == hold.fence
                     && stored.lease() != LEASE_UNKNOWN;
-                stored.set_hold(hold);
-            },
+                if !stored.set_hold(hold) {
+                    // The numbers outgrew the compact form: the same hold,
+                    // stored wide.
+                    let since = stored.since();
+                    self.replace_or_set(StoredLock::new_raw(
+                        owner,
+                        hold.count,
+                        hold.fence,
+                        hold.expires_at,
+                        since,
+                    ));
+                }
+            }
             // A new owner (a fresh hold, a hand-off): a new value. Its lease
             // moved, so the TTL is set below either way.
             _ => self.replace_or_set(StoredLock::new_raw(
@@ -490,8 +525,27 @@ impl<'a> LockKey<'a> {
     pub fn adopt_lease(&mut self, lease: u64) {
         // SAFETY: the key's live value; `&mut self` makes this the only borrow.
         if let Ok(Some(value)) = self.value_ptr().map(|v| unsafe { v.as_mut() }) {
-            value.set_lease(lease);
+            if !value.set_lease(lease) {
+                self.refit_lease(lease);
+            }
         }
+    }
+
+    /// Stores the exclusive lock here anew with its lease at `lease`: the
+    /// lease did not fit its value in place. The key's TTL is kept.
+    fn refit_lease(&mut self, lease: u64) {
+        let Ok(Some(stored)) = self.stored() else {
+            return;
+        };
+        let value = StoredLock::new_raw(
+            &stored.owner(),
+            stored.count(),
+            stored.fence(),
+            lease,
+            stored.since(),
+        );
+        // Replacing a value keeps the key's TTL.
+        self.replace_or_set(value);
     }
 
     /// Sets the key's expiry back to the lease end `at` (something else

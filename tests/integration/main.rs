@@ -52,6 +52,9 @@ mod info;
 /// No lock lives forever: `PERSIST`, `EXPIRE` past the lease and
 /// `RESTORE` without a TTL are undone; a lock waiting to end costs no CPU.
 mod lease;
+/// Bytes per held lock, with the owners the clients send, against the
+/// `SET NX PX` recipe with the same owners in the same run.
+mod memory;
 /// `MIGRATE` inside `MULTI` or a Lua script with clients waiting:
 /// the waiters follow the lock to the target, none is granted on the source.
 mod migrate;
