@@ -15,6 +15,8 @@ import io.lettuce.core.cluster.api.StatefulRedisClusterConnection;
 import io.lettuce.core.cluster.api.async.RedisClusterAsyncCommands;
 import io.lettuce.core.cluster.models.partitions.RedisClusterNode;
 import io.lettuce.core.codec.StringCodec;
+import io.lettuce.core.event.command.CommandFailedEvent;
+import io.lettuce.core.event.command.CommandListener;
 import io.lettuce.core.protocol.ProtocolVersion;
 import io.lettuce.core.resource.ClientResources;
 import io.lettuce.core.resource.DefaultClientResources;
@@ -27,6 +29,7 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -43,6 +46,12 @@ import java.util.concurrent.atomic.AtomicInteger;
  * {@code MOVED}/{@code ASK}); a dedicated connection is opened to the node
  * that serves the key's slot, and a wait redirected from it moves to another
  * (the caller follows the redirect).
+ *
+ * <p>The role check (a Sentinel's master that became a replica): a
+ * {@code READONLY}, {@code NOREPLICAS} or {@code MASTERDOWN} reply on any
+ * connection drops the idle dedicated connections and those in use once
+ * given back, and the shared connection, which Lettuce then makes again,
+ * asking the Sentinel for the master again.
  *
  * <p>Also the client's clock and timers: a scheduler of daemon threads arms
  * every deadline and renewal, in steps of at most a day (a lease may be 2^40
@@ -72,6 +81,9 @@ final class Transport implements AutoCloseable {
   /** How long a command other than a wait may take before it counts as failed. */
   final long replyTimeoutNanos;
   private final RedisURI uri;
+  /** Bumped by each role loss: dedicated connections made before it are closed when given back. */
+  private final AtomicInteger roleEpoch = new AtomicInteger();
+  private final AtomicBoolean droppingShared = new AtomicBoolean();
 
   Transport(RedisURI uri, ClientResources given, Duration replyTimeout) {
     this(uri, given, replyTimeout, false);
@@ -103,6 +115,18 @@ final class Transport implements AutoCloseable {
     this.dedicatedClient = RedisClient.create(resources, uri);
     dedicatedClient.setOptions(ClientOptions.builder().protocolVersion(ProtocolVersion.RESP2).autoReconnect(false)
         .disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS).build());
+    if (!clustered) {
+      CommandListener roleCheck = new CommandListener() {
+        @Override
+        public void commandFailed(CommandFailedEvent event) {
+          if (refusesWrites(event.getCause())) {
+            roleLost();
+          }
+        }
+      };
+      sharedClient.addListener(roleCheck);
+      dedicatedClient.addListener(roleCheck);
+    }
     this.scheduler = new ScheduledThreadPoolExecutor(2, r -> {
       Thread t = new Thread(r, "redislock-timer");
       t.setDaemon(true);
@@ -134,6 +158,32 @@ final class Transport implements AutoCloseable {
           // The first wait opens its own.
         }
       });
+    }
+  }
+
+  /** A reply saying this server takes no writes now: it is a replica, or cut off from its replicas. */
+  static boolean refusesWrites(Throwable err) {
+    Throwable e = Protocol.unwrap(err);
+    String m = e == null || e.getMessage() == null ? "" : e.getMessage();
+    return m.startsWith("READONLY") || m.startsWith("NOREPLICAS") || m.startsWith("MASTERDOWN");
+  }
+
+  /**
+   * The server stopped being a master: no connection to it is used again.
+   * Runs on Lettuce's event loop, so it only starts things.
+   */
+  void roleLost() {
+    roleEpoch.incrementAndGet();
+    for (ConcurrentLinkedDeque<Dedicated> pool : idle.values()) {
+      for (Dedicated d; (d = pool.pollFirst()) != null; ) {
+        d.conn.closeAsync();
+      }
+    }
+    if (cluster == null && droppingShared.compareAndSet(false, true)) {
+      // The server closes the shared connection; Lettuce reconnects, resolving the master anew.
+      shared.clientId().toCompletableFuture()
+          .thenCompose(id -> shared.clientKill(KillArgs.Builder.id(id).skipme(false)).toCompletableFuture())
+          .whenComplete((x, e) -> droppingShared.set(false));
     }
   }
 
@@ -197,13 +247,16 @@ final class Transport implements AutoCloseable {
     final long clientId;
     /** The server it is connected to. */
     final RedisURI node;
+    /** The role epoch it was made in. */
+    final int epoch;
     private volatile boolean closed;
     private volatile Runnable onClose;
 
-    Dedicated(StatefulRedisConnection<String, String> conn, long clientId, RedisURI node) {
+    Dedicated(StatefulRedisConnection<String, String> conn, long clientId, RedisURI node, int epoch) {
       this.conn = conn;
       this.clientId = clientId;
       this.node = node;
+      this.epoch = epoch;
     }
 
     RedisClusterAsyncCommands<String, String> commands() {
@@ -250,6 +303,7 @@ final class Transport implements AutoCloseable {
       }
       d.conn.closeAsync();
     }
+    int epoch = roleEpoch.get();
     CompletableFuture<StatefulRedisConnection<String, String>> connecting =
         dedicatedClient.connectAsync(StringCodec.UTF8, node).toCompletableFuture();
     CompletableFuture<Dedicated> made = connecting.thenCompose(conn -> conn.async().clientId().toCompletableFuture()
@@ -258,7 +312,7 @@ final class Transport implements AutoCloseable {
             conn.closeAsync();
             throw new java.util.concurrent.CompletionException(err);
           }
-          return new Dedicated(conn, id, node);
+          return new Dedicated(conn, id, node, epoch);
         }));
     try {
       Dedicated d = await(made, replyTimeoutNanos, interruptible);
@@ -284,7 +338,7 @@ final class Transport implements AutoCloseable {
   void giveBack(Dedicated d) {
     d.onClose = null;
     ConcurrentLinkedDeque<Dedicated> pool = idle.computeIfAbsent(hostPort(d.node), k -> new ConcurrentLinkedDeque<>());
-    if (d.isOpen() && pool.size() < IDLE_MAX) {
+    if (d.isOpen() && d.epoch == roleEpoch.get() && pool.size() < IDLE_MAX) {
       pool.addFirst(d);
     } else {
       d.conn.closeAsync();
