@@ -246,12 +246,21 @@ java-test: build servers java-env ## The Java package's JUnit suite on each of t
 	  $(MAKE) --no-print-directory java-suite SUITE_ENV="$$env" || exit 1; \
 	done
 
+# The Java bench (java/bench/) is a Maven project of its own, on the client
+# installed into ~/.m2, so the client's artifact never depends on Redisson,
+# Spring Data Redis or ShedLock's providers.
+bench-java: build java-tools ## Java locks compared on one server: this client vs Redisson, Spring's RedisLockRegistry and ShedLock's Redis provider (java/bench/, < 3 min)
+	cd java && $(MVN) -q install -DskipTests
+	cd java/bench && $(MVN) -q package
+	cd java/bench && LOCK_MODULE=$(CURDIR)/$(MODULE) java -Dslf4j.internal.verbosity=ERROR \
+	  -cp target/redislock-bench-0.1.0.jar:$$(cat target/classpath.txt) io.redislock.bench.Bench
+
 # javac with every lint warning as an error (-Xlint:all -Werror, set in
 # java/pom.xml), over the main and the test sources.
 java-lint: java-tools
 	cd java && $(MVN) -q test-compile
 
-.PHONY: java-tools java-env java-suite java-test java-lint
+.PHONY: java-tools java-env java-suite java-test java-lint bench-java
 
 # The Go module (go/). Go 1.21 or later from PATH or /usr/local/go (the
 # project's machines have it); it fetches the toolchain go.mod asks for

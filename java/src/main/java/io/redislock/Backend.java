@@ -1,6 +1,6 @@
 package io.redislock;
 
-import io.lettuce.core.api.StatefulRedisConnection;
+import io.lettuce.core.cluster.api.async.RedisClusterAsyncCommands;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -19,8 +19,8 @@ interface Backend {
   /** One server: an ephemeral hold's commands go over its own connection while it is open. */
   static Backend single(Transport t, Transport.Dedicated bound) {
     return new Backend() {
-      private StatefulRedisConnection<String, String> conn() {
-        return bound != null && bound.isOpen() ? bound.conn : t.shared;
+      private RedisClusterAsyncCommands<String, String> conn() {
+        return bound != null && bound.isOpen() ? bound.commands() : t.shared;
       }
 
       @Override

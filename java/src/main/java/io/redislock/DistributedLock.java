@@ -192,7 +192,7 @@ public class DistributedLock implements Lock {
   /** ms left on the lock's lease on the server ({@code PTTL}); -2 when nobody holds it. */
   public long remainTimeToLive() {
     try {
-      Long pttl = Transport.await(client.t.shared.async().pttl(name).toCompletableFuture(),
+      Long pttl = Transport.await(client.t.shared.pttl(name).toCompletableFuture(),
           client.t.replyTimeoutNanos, false);
       return pttl == null ? -2 : pttl;
     } catch (ExecutionException e) {

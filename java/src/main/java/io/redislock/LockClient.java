@@ -1,6 +1,6 @@
 package io.redislock;
 
-import io.lettuce.core.KillArgs;
+import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.resource.ClientResources;
 import java.time.Duration;
@@ -56,7 +56,21 @@ public final class LockClient implements AutoCloseable {
 
   /** With the application's Lettuce resources (event loops) and reply timeout. */
   public static LockClient create(RedisURI uri, ClientResources resources, Duration replyTimeout) {
-    return new LockClient(new Transport(uri, resources, replyTimeout));
+    return new LockClient(new Transport(uri, resources, replyTimeout, false));
+  }
+
+  /**
+   * Connects to a Redis Cluster through {@code url}, any of its nodes
+   * ({@code redis://host:port}): each command goes to the node of its key's
+   * slot, and a wait or an ephemeral hold runs on a connection of its own to
+   * that node, following {@code MOVED} and {@code ASK}.
+   */
+  public static LockClient createCluster(String url) {
+    return createCluster(RedisURI.create(url), null, DEFAULT_REPLY_TIMEOUT);
+  }
+
+  public static LockClient createCluster(RedisURI uri, ClientResources resources, Duration replyTimeout) {
+    return new LockClient(new Transport(uri, resources, replyTimeout, true));
   }
 
   /**
@@ -247,7 +261,7 @@ public final class LockClient implements AutoCloseable {
       throw Protocol.map(e);
     }
     if (fence == null) {
-      throw notObtained();
+      throw notObtained(key);
     }
     return new Hold(t, key, owner, kind, fence, opts.ttlMs(), sent, opts.watchdog(), null);
   }
@@ -264,7 +278,9 @@ public final class LockClient implements AutoCloseable {
     // How long the call has waited counts from its start: the connection it
     // may have to open first is part of the wait.
     long callStart = System.nanoTime();
-    Transport.Dedicated d = t.takeDedicated(interruptible);
+    Transport.Dedicated d = t.takeDedicated(key, interruptible);
+    int redirects = 0;
+    boolean asking = false;
     boolean waits = opts.waits();
     boolean forever = opts.waitMs() == LockOptions.FOREVER;
     long ttl = opts.ttlMs();
@@ -273,7 +289,12 @@ public final class LockClient implements AutoCloseable {
       long waitMs = !waits ? LockOptions.NO_WAIT
           : forever ? LockOptions.FOREVER : Math.max(1, (waitEnd - System.nanoTime()) / 1_000_000L);
       long sent = System.nanoTime();
-      CompletableFuture<Long> f = Protocol.acquire(d.conn, key, owner, ttl, kind, opts.isEphemeral(), waitMs);
+      if (asking) {
+        // ASK: the slot is moving; this one command goes to the importing node.
+        d.commands().asking();
+        asking = false;
+      }
+      CompletableFuture<Long> f = Protocol.acquire(d.commands(), key, owner, ttl, kind, opts.isEphemeral(), waitMs);
       Long fence;
       try {
         long limit = !waits ? t.replyTimeoutNanos : forever ? -1 : waitMs * 1_000_000L + t.replyTimeoutNanos;
@@ -285,6 +306,17 @@ public final class LockClient implements AutoCloseable {
         }
         throw new TransportException("no reply to LOCK.ACQUIRE in time: nothing is held", e);
       } catch (ExecutionException e) {
+        Redirect r = Redirect.of(e);
+        if (r != null && t.isCluster() && redirects++ < MAX_REDIRECTS) {
+          // Refused before it ran: nothing was granted here. Go where the reply says.
+          t.giveBack(d);
+          if (!r.ask) {
+            t.refreshTopology();
+          }
+          d = t.takeDedicated(t.node(r.host, r.port), interruptible);
+          asking = r.ask;
+          continue;
+        }
         LockException mapped = Protocol.map(e);
         if (mapped instanceof TransportException) {
           // The connection failed under the command: a grant may have been made
@@ -300,7 +332,7 @@ public final class LockClient implements AutoCloseable {
         if (waits) {
           throw new LockTimeoutException();
         }
-        throw notObtained();
+        throw notObtained(key);
       }
       long waitedFrom = Math.min(callStart, sent);
       callStart = Long.MAX_VALUE;
@@ -308,7 +340,7 @@ public final class LockClient implements AutoCloseable {
         // The lease began at the hand-off, somewhere in the wait: confirm it
         // with a renew and count the deadline from the renew's send.
         long renewSent = System.nanoTime();
-        CompletableFuture<Long> r = Protocol.send(d.conn, Protocol.Cmd.RENEW, key, owner, ttl);
+        CompletableFuture<Long> r = Protocol.send(d.commands(), Protocol.Cmd.RENEW, key, owner, ttl);
         try {
           Transport.await(r, t.replyTimeoutNanos, interruptible);
         } catch (InterruptedException | TimeoutException e) {
@@ -360,7 +392,7 @@ public final class LockClient implements AutoCloseable {
         t.giveBack(d);
         return;
       }
-      done = Protocol.send(d.conn, Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> {
+      done = Protocol.send(d.commands(), Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> {
         if (e == null) {
           t.giveBack(d);
         } else {
@@ -369,8 +401,7 @@ public final class LockClient implements AutoCloseable {
         return null;
       });
     } else {
-      done = t.shared.async().clientKill(KillArgs.Builder.id(d.clientId)).toCompletableFuture()
-          .handle((x, e) -> null)
+      done = t.kill(d).handle((x, e) -> null)
           .thenCompose(x -> Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner).handle((y, e) -> null));
       t.close(d);
     }
@@ -385,9 +416,9 @@ public final class LockClient implements AutoCloseable {
    * quarantine (it begins no hold, even on a free lock). {@code INFO lock}
    * tells them apart; asked only on this failure path.
    */
-  private LockException notObtained() {
+  private LockException notObtained(String key) {
     try {
-      String info = Transport.await(t.shared.async().info("lock").toCompletableFuture(), t.replyTimeoutNanos, false);
+      String info = Transport.await(t.info(key, "lock"), t.replyTimeoutNanos, false);
       Matcher m = QUARANTINE.matcher(info == null ? "" : info);
       if (m.find() && Long.parseLong(m.group(1)) > 0) {
         return new QuarantineException();
@@ -396,6 +427,36 @@ public final class LockClient implements AutoCloseable {
       // Cannot tell: the common answer.
     }
     return new WouldBlockException();
+  }
+
+  /** Redirects a wait follows before it gives up: a cluster's slots move rarely. */
+  private static final int MAX_REDIRECTS = 5;
+
+  /** A {@code MOVED slot host:port} or {@code ASK slot host:port} reply. */
+  static final class Redirect {
+    private static final Pattern REPLY = Pattern.compile("^(MOVED|ASK) \\d+ (\\S+):(\\d+)");
+    final boolean ask;
+    final String host;
+    final int port;
+
+    private Redirect(boolean ask, String host, int port) {
+      this.ask = ask;
+      this.host = host;
+      this.port = port;
+    }
+
+    /** The redirect {@code err} is, or null. */
+    static Redirect of(Throwable err) {
+      Throwable e = Protocol.unwrap(err);
+      if (!(e instanceof RedisCommandExecutionException) || e.getMessage() == null) {
+        return null;
+      }
+      Matcher m = REPLY.matcher(e.getMessage());
+      if (!m.find()) {
+        return null;
+      }
+      return new Redirect(m.group(1).equals("ASK"), m.group(2), Integer.parseInt(m.group(3)));
+    }
   }
 
   static void checkName(String s, String what) {

@@ -2,7 +2,7 @@ package io.redislock;
 
 import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisException;
-import io.lettuce.core.api.StatefulRedisConnection;
+import io.lettuce.core.cluster.api.async.RedisClusterAsyncCommands;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.CommandOutput;
 import io.lettuce.core.protocol.CommandArgs;
@@ -69,17 +69,17 @@ final class Protocol {
     }
   }
 
-  static CompletableFuture<Long> send(StatefulRedisConnection<String, String> conn, Cmd cmd, Object... args) {
+  static CompletableFuture<Long> send(RedisClusterAsyncCommands<String, String> conn, Cmd cmd, Object... args) {
     CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
     a.addKey((String) args[0]);
     for (int i = 1; i < args.length; i++) {
       a.add(String.valueOf(args[i]));
     }
-    return conn.async().dispatch(cmd, new LongOrNil(), a).toCompletableFuture();
+    return conn.dispatch(cmd, new LongOrNil(), a).toCompletableFuture();
   }
 
   /** {@code LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]] [EPHEMERAL] [WAIT w]}. */
-  static CompletableFuture<Long> acquire(StatefulRedisConnection<String, String> conn, String key, String owner,
+  static CompletableFuture<Long> acquire(RedisClusterAsyncCommands<String, String> conn, String key, String owner,
       long ttlMs, HoldKind kind, boolean ephemeral, long waitMs) {
     CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
     a.addKey(key).add(owner).add(ttlMs);
@@ -96,7 +96,7 @@ final class Protocol {
       // WAIT 0 is the server's "no time limit".
       a.add("WAIT").add(waitMs == LockOptions.FOREVER ? 0 : waitMs);
     }
-    return conn.async().dispatch(Cmd.ACQUIRE, new LongOrNil(), a).toCompletableFuture();
+    return conn.dispatch(Cmd.ACQUIRE, new LongOrNil(), a).toCompletableFuture();
   }
 
   /** The error a failed reply means, unwrapped from Lettuce's and the future's wrappers. */

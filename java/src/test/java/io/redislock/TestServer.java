@@ -52,17 +52,43 @@ public final class TestServer implements AutoCloseable {
   }
 
   public static TestServer start(String... extra) throws IOException, InterruptedException {
+    return start(false, extra);
+  }
+
+  /** A free port; for a cluster node, one whose bus port (port + 10000) is free too. */
+  private static int freePort(boolean clusterNode) throws IOException {
+    for (;;) {
+      try (ServerSocket s = new ServerSocket(0)) {
+        int port = s.getLocalPort();
+        if (!clusterNode) {
+          return port;
+        }
+        if (port + 10000 <= 65535) {
+          try {
+            new ServerSocket(port + 10000).close();
+            return port;
+          } catch (IOException e) {
+            // Its bus port is taken: another.
+          }
+        }
+      }
+    }
+  }
+
+  /** {@code clusterNode}: with cluster mode on (its bus on port + 10000). */
+  static TestServer start(boolean clusterNode, String... extra) throws IOException, InterruptedException {
     String bin = System.getenv().getOrDefault("LOCK_SERVER", "redis-server");
     IOException last = null;
     for (int attempt = 0; attempt < 5; attempt++) {
-      int port;
-      try (ServerSocket s = new ServerSocket(0)) {
-        port = s.getLocalPort();
-      }
+      int port = freePort(clusterNode);
       Path dir = Files.createTempDirectory("redislock-java-");
       List<String> args = new ArrayList<>(List.of(bin, "--port", String.valueOf(port), "--bind", "127.0.0.1",
           "--dir", dir.toString(), "--logfile", dir.resolve("redis.log").toString(), "--save", "", "--appendonly", "no",
           "--enable-debug-command", "yes", "--loadmodule", module()));
+      if (clusterNode) {
+        args.addAll(List.of("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "5000"));
+      }
       args.addAll(List.of(extra));
       Process p = new ProcessBuilder(args).redirectErrorStream(true).redirectOutput(dir.resolve("out.log").toFile())
           .start();

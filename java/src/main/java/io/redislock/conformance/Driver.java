@@ -286,7 +286,8 @@ public final class Driver {
         redlock = Redlock.create(java.util.Arrays.asList(need(args, "urls").split(",")));
         return;
       case "cluster":
-        throw new Fail("unsupported", "the Java client has no cluster support yet");
+        client = LockClient.createCluster(need(args, "url"));
+        return;
       default:
         throw new Fail("bad-request", "unknown topology " + topology);
     }
