@@ -195,7 +195,7 @@ fn wait_timeouts_count_elapsed_time_across_steps() {
         eprintln!("WAIT {TIMEOUT} ms across a {step:+} ms step: reply {reply:?} after {after} ms");
         assert_eq!(reply, Ok(Value::Nil), "W times out (step {step:+})");
         assert!(
-            after >= TIMEOUT - EARLY_MS && after <= TIMEOUT + LATE_MS,
+            (TIMEOUT - EARLY_MS..=TIMEOUT + LATE_MS).contains(&after),
             "W's {TIMEOUT} ms timeout ended after {after} ms (step {step:+})"
         );
         assert_eq!(
