@@ -41,9 +41,15 @@ use crate::ffi::key::LockKey;
 use crate::holds::Holds;
 use crate::stats;
 
-/// A disagreement between the two clocks below this is not a step: the two
-/// reads are a few µs apart, and each clock's ms truncation adds up to 1 ms.
-const TOLERANCE_US: i64 = 2_000;
+/// A disagreement between the two clocks below this is not a step: the
+/// wall clock is read between two reads of the monotonic clock, so a
+/// preemption shows as a wide bracket rather than as a step, and NTP steps
+/// only beyond 128 ms (it slews smaller corrections).
+const TOLERANCE_US: i64 = 25_000;
+
+/// Brackets wider than this are read again (the thread was preempted
+/// between the reads), a few times at most.
+const BRACKET_US: u128 = 200;
 
 /// And the slew allowed per elapsed second, in µs (1,000 ppm: NTP slews at
 /// most 500), so that a long idle stretch under a slewing clock is no step.
@@ -107,11 +113,32 @@ fn wall_us() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
+/// The wall clock (µs) and the monotonic clock, read together: the wall
+/// clock between two monotonic reads, taken again while the two are far
+/// apart.
+fn read_both() -> (i64, Instant) {
+    let mut best = None;
+    for _ in 0..4 {
+        let before = Instant::now();
+        let wall = wall_us();
+        let after = Instant::now();
+        let width = after.duration_since(before).as_micros();
+        let mid = before + after.duration_since(before) / 2;
+        if width <= BRACKET_US {
+            return (wall, mid);
+        }
+        if best.is_none_or(|(_, _, w)| width < w) {
+            best = Some((wall, mid, width));
+        }
+    }
+    best.map_or_else(|| (wall_us(), Instant::now()), |(wall, mid, _)| (wall, mid))
+}
+
 /// Compares the clocks with the last look: the step in ms (wall moved
 /// minus monotonic elapsed), if beyond the tolerance. The first look only
 /// records them.
 fn detect() -> Option<i64> {
-    let (wall, mono) = (wall_us(), Instant::now());
+    let (wall, mono) = read_both();
     let (last_wall, last_mono) = LAST.replace(Some((wall, mono)))?;
     let elapsed = i64::try_from(mono.duration_since(last_mono).as_micros()).unwrap_or(i64::MAX);
     let moved = wall.saturating_sub(last_wall);
