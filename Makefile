@@ -118,6 +118,21 @@ integration-valkey: build valkey python-env ## The same integration tests on Val
 	cargo build --release --workspace --examples
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
 
+# `make test-clock CLOCK_SERVERS=REDIS7` runs on one server only.
+CLOCK_SERVERS := REDIS7 VALKEY REDIS8 VALKEY9
+
+test-clock: build servers ## Leases, WAIT timeouts, quarantines and fences across steps of the server's wall clock (a preload shim moves it), on each of the four servers, printing the overlap and takeover figures (< 1 min each)
+	@for server in $(CLOCK_SERVERS); do \
+	  case $$server in \
+	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
+	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; \
+	    *) echo "CLOCK_SERVERS: REDIS7, VALKEY, REDIS8 and/or VALKEY9, not $$server"; exit 1;; esac; \
+	  echo "=== $$server: clock steps ==="; \
+	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release --test integration clock:: -- --test-threads=2 --nocapture || exit 1; \
+	done
+
+.PHONY: test-clock
+
 lint: python-env node-env ## rustfmt and clippy over the workspace (module, client, model, testkit), ruff over the Python package, tsc --strict over the Node package, every relative link in the Markdown, as before every commit
 	$(PYENV)/bin/python tools/check_md_links.py
 	cargo fmt --all --check

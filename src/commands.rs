@@ -11,10 +11,10 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 
 use crate::ffi::host::{self, Server};
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::{config, ephemeral, guard, now_ms, partition, Args};
+use crate::ffi::{clock, config, ephemeral, guard, now_ms, partition, Args};
 use redislock_core::args;
 use redislock_core::error::LockError;
-use redislock_core::holds::Mode;
+use redislock_core::holds::{Holder, Holds, Mode};
 use redislock_core::orchestrate::{self, Acquired};
 use redislock_core::{fence, stats};
 
@@ -228,7 +228,9 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
             return Err(LockError::InternalCommand);
         }
         let key_name = input.key()?;
-        let applied = args::parse_applied(argv)?;
+        // Masters and files send wall-clock times; leases here count on
+        // the lease clock.
+        let applied = from_wall_applied(args::parse_applied(argv)?);
         let mut key = LockKey::open(ctx, &key_name, Access::Write);
         match applied {
             args::Applied::Lease(lease) => key.move_lease(lease),
@@ -254,6 +256,30 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
         ctx.replicate_verbatim();
         Ok(RedisValue::SimpleStringStatic("OK"))
     })
+}
+
+/// A `LOCK.APPLY`'s times (wall clock, unix ms) on the lease clock.
+fn from_wall_applied(applied: args::Applied<'_>) -> args::Applied<'_> {
+    let holder = |mut h: Holder| {
+        h.hold.expires_at = clock::from_wall(h.hold.expires_at);
+        h.since = clock::from_wall(h.since);
+        h
+    };
+    match applied {
+        args::Applied::Lease(at) => args::Applied::Lease(clock::from_wall(at)),
+        args::Applied::Share(args::ShareChange::Share(mode, h)) => {
+            args::Applied::Share(args::ShareChange::Share(mode, holder(h)))
+        }
+        args::Applied::Holds(holds) => args::Applied::Holds(Holds::from_parts(
+            holds.mode(),
+            holds.holders().cloned().map(holder).collect(),
+        )),
+        args::Applied::Hold(mut req) => {
+            req.expires_at = req.expires_at.map(clock::from_wall);
+            args::Applied::Hold(req)
+        }
+        other => other,
+    }
 }
 
 /// `LOCK.LASTFENCE fence` → OK. Internal: the master writes it to the AOF

@@ -59,6 +59,8 @@ pub static WAIT_TIMEOUTS: Counter = Counter::new();
 pub static EXPIRED_HELD: Counter = Counter::new();
 /// `NOTOWNER` refusals.
 pub static NOTOWNER: Counter = Counter::new();
+/// Steps of the wall clock the module detected and corrected for.
+pub static CLOCK_STEPS: Counter = Counter::new();
 /// Ephemeral holds ended by their connection closing.
 pub static DISCONNECT_RELEASED: Counter = Counter::new();
 
@@ -70,7 +72,7 @@ pub fn fields(
     last_fence: u64,
     quarantine_ms: u64,
     partition_safe: bool,
-) -> [(&'static str, i64); 15] {
+) -> [(&'static str, i64); 16] {
     let c = |c: &Counter| i64::try_from(c.get()).unwrap_or(i64::MAX);
     [
         ("held", HELD.get()),
@@ -88,6 +90,7 @@ pub fn fields(
             "quarantine_ms",
             i64::try_from(quarantine_ms).unwrap_or(i64::MAX),
         ),
+        ("clock_steps", c(&CLOCK_STEPS)),
         ("partition_safe", i64::from(partition_safe)),
         ("shared_held", SHARED_HELD.get()),
         ("disconnect_released", c(&DISCONNECT_RELEASED)),

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
+use crate::ffi::clock::{from_wall, to_wall};
 use crate::ffi::{expired_held, guard, latency, lock_may_exist, lock_names, now_ms};
 use redislock_core::args::MAX_OWNER_LEN;
 use redislock_core::holds::{Holder, Holds, Mode};
@@ -630,7 +631,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
     let count = raw::load_unsigned(rdb).ok()?;
     let fence = raw::load_unsigned(rdb).ok()?;
     let lease = if encver >= 2 {
-        raw::load_unsigned(rdb).ok()?
+        from_wall(raw::load_unsigned(rdb).ok()?)
     } else {
         V1_LOADED.fetch_add(1, Relaxed);
         LEASE_UNKNOWN
@@ -682,8 +683,8 @@ fn load_holds(rdb: *mut raw::RedisModuleIO) -> Option<*mut c_void> {
         let owner = raw::load_string_buffer(rdb).ok()?;
         let count = raw::load_unsigned(rdb).ok()?;
         let fence = raw::load_unsigned(rdb).ok()?;
-        let lease = raw::load_unsigned(rdb).ok()?;
-        let since = raw::load_unsigned(rdb).ok()?;
+        let lease = from_wall(raw::load_unsigned(rdb).ok()?);
+        let since = from_wall(raw::load_unsigned(rdb).ok()?);
         holders.push(checked_holder(owner.as_ref(), count, fence, lease, since)?);
     }
     // A fence that arrives from a file or a master moves our counter, so the
@@ -711,8 +712,9 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
             raw::save_slice(rdb, &holder.owner);
             raw::save_unsigned(rdb, holder.hold.count);
             raw::save_unsigned(rdb, holder.hold.fence);
-            raw::save_unsigned(rdb, holder.hold.expires_at);
-            raw::save_unsigned(rdb, holder.since);
+            // Files hold wall-clock times, read by whoever loads them.
+            raw::save_unsigned(rdb, to_wall(holder.hold.expires_at));
+            raw::save_unsigned(rdb, to_wall(holder.since));
         }
     });
 }
@@ -753,7 +755,7 @@ extern "C" fn aof_rewrite(
         let (Ok(count), Ok(fence), Ok(lease)) = (
             CString::new(lock.count().to_string()),
             CString::new(lock.fence().to_string()),
-            CString::new(lock.lease().to_string()),
+            CString::new(to_wall(lock.lease()).to_string()),
         ) else {
             return;
         };
@@ -805,8 +807,8 @@ pub fn shared_apply_args(holds: &Holds) -> Vec<*mut raw::RedisModuleString> {
         for n in [
             holder.hold.count,
             holder.hold.fence,
-            holder.hold.expires_at,
-            holder.since,
+            to_wall(holder.hold.expires_at),
+            to_wall(holder.since),
         ] {
             words.push(n.to_string().into_bytes());
         }
@@ -868,7 +870,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                     add_buf(md, owner.as_ptr().cast_mut().cast(), owner.len());
                     add_ll(md, holder.hold.count as i64);
                     add_ll(md, holder.hold.fence as i64);
-                    add_ll(md, holder.hold.expires_at as i64);
+                    add_ll(md, to_wall(holder.hold.expires_at) as i64);
                 }
                 end(md);
             }
@@ -893,7 +895,7 @@ extern "C" fn free(value: *mut c_void) {
 /// A lock key leaves the keyspace (DEL, expiry, eviction, overwrite…): note
 /// which, so that the keyspace events can tell a lease end from other
 /// deletions ([`expired_held::take_unlinked`]).
-extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard("unlink2", (), || {
         // SAFETY: Redis passes a live option context for this call.
         let (name, db) = unsafe {
@@ -902,7 +904,10 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
             (name, db)
         };
         if !name.is_null() {
-            expired_held::lock_unlinked(db, RedisString::string_as_slice(name));
+            let name = RedisString::string_as_slice(name);
+            expired_held::lock_unlinked(db, name);
+            // SAFETY: Redis passes a value this type created, alive for the call.
+            crate::ffi::clock::unlinked(db, name, unsafe { value_ref(value) });
         }
     });
 }

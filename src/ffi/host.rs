@@ -233,6 +233,16 @@ pub struct Server<'c> {
 
 impl<'c> Server<'c> {
     pub fn new(ctx: &'c Context) -> Self {
+        // Every lock decision starts here: a wall-clock step is corrected
+        // for before it.
+        ffi::clock::check(ctx.ctx);
+        Self::unchecked(ctx)
+    }
+
+    /// From a keyspace notification or a flush, which must not write to the
+    /// keyspace: the clock is looked at later (what frees a lock here only
+    /// schedules its serving).
+    fn unchecked(ctx: &'c Context) -> Self {
         Server {
             ctx,
             ephemeral: false,
@@ -424,6 +434,7 @@ impl<'c> Host for Server<'c> {
     fn arm_lease_check(&mut self, timer: Timer) {
         let Timer { name, at, delay_ms } = timer;
         let data = Box::into_raw(Box::new((name, at))).cast::<c_void>();
+        let delay_ms = ffi::clock::early_delay_ms(at).unwrap_or(delay_ms);
         create_timer(self.ctx.ctx, delay_ms, lease_cb, data);
     }
 
@@ -552,14 +563,14 @@ fn block(ctx: &Context, timeout_ms: u64, ephemeral: bool) -> Option<(u64, Parked
 /// A keyspace notification says `name` may have freed: serve it once the
 /// command that freed it is done.
 pub fn freed_by_event(ctx: *mut raw::RedisModuleCtx, name: LockName) {
-    orchestrate::freed(&mut Server::new(&Context::new(ctx)), name, true);
+    orchestrate::freed(&mut Server::unchecked(&Context::new(ctx)), name, true);
 }
 
 /// A flush, swap-db or load touched database `db` (`None`: all): every lock
 /// with waiters there may be free.
 pub fn freed_db(ctx: *mut raw::RedisModuleCtx, db: Option<i32>, in_command: bool) {
     let context = Context::new(ctx);
-    let mut host = Server::new(&context);
+    let mut host = Server::unchecked(&context);
     for name in with(|e| e.names_in(db)) {
         orchestrate::freed(&mut host, name, in_command);
     }
@@ -653,6 +664,15 @@ extern "C" fn retry_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
 /// A lease-end check fired: serve the lock now.
 extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard("lease check", (), || {
+        // SAFETY: `arm_lease_check` passed a boxed (LockName, u64).
+        let at = unsafe { (*data.cast::<(LockName, u64)>()).1 };
+        if now_ms() < at {
+            // Armed to fire up to a millisecond early (the event loop's
+            // wait rounds up to whole ms): look again on the next turn,
+            // until the first millisecond Redis counts the key as ended.
+            create_timer(ctx, 0, lease_cb, data);
+            return;
+        }
         // SAFETY: `arm_lease_check` passed a boxed (LockName, u64), used once.
         let (name, at) = *unsafe { Box::from_raw(data.cast::<(LockName, u64)>()) };
         orchestrate::lease_check_fired(&mut Server::new(&Context::new(ctx)), &name, at);

@@ -7,6 +7,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::ffi::clock::{from_wall, to_wall};
 use crate::ffi::datatype::{self, raw_type, OwnerBytes, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::latency::{self, HoldEnds};
 use crate::ffi::{now_ms, propagation};
@@ -174,7 +175,7 @@ impl<'a> LockKey<'a> {
         } else {
             // SAFETY: `self.key` is an open key of this context.
             let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(NO_EXPIRE, |f| f(self.key)) };
-            u64::try_from(at).ok()
+            u64::try_from(at).ok().map(from_wall)
         };
         self.expiry.set(Some(at));
         at
@@ -548,11 +549,23 @@ impl<'a> LockKey<'a> {
         self.replace_or_set(value);
     }
 
+    /// Puts back a lock that Redis removed by a stepped wall clock while
+    /// its lease still ran, and replicates it (each hold in full).
+    pub fn restore_holds(&mut self, holds: Holds) {
+        let changes = Changes {
+            owners: holds.holders().map(|h| h.owner.clone()).collect(),
+            began: Vec::new(),
+            ended: Vec::new(),
+            raised: Vec::new(),
+        };
+        self.put_holds(holds, &changes);
+    }
+
     /// Sets the key's expiry back to the lease end `at` (something else
     /// changed it) and replicates that as `PEXPIREAT`.
     pub fn restore_expiry(&self, at: u64) {
         self.set_expiry(at);
-        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        let at = i64::try_from(to_wall(at)).unwrap_or(i64::MAX);
         self.propagate(|ctx, rep| {
             // SAFETY: "sl": the live key name and a long long.
             unsafe {
@@ -656,19 +669,19 @@ impl<'a> LockKey<'a> {
 
     /// Sets the key's absolute expiry (the lease end).
     fn set_expiry(&self, at: u64) {
-        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        let wall = i64::try_from(to_wall(at)).unwrap_or(i64::MAX);
         // SAFETY: the key is open for writing and holds a value now.
         let status = unsafe {
-            raw::RedisModule_SetAbsExpire.map_or(raw::Status::Err as c_int, |f| f(self.key, at))
+            raw::RedisModule_SetAbsExpire.map_or(raw::Status::Err as c_int, |f| f(self.key, wall))
         };
-        let known = (status == raw::Status::Ok as c_int).then(|| u64::try_from(at).ok());
+        let known = (status == raw::Status::Ok as c_int).then_some(Some(at));
         self.expiry.set(known);
     }
 
     /// Sends a renewal: `LOCK.APPLY key PXAT ms`, the lease alone (three
     /// arguments, not six: each costs Redis an object and AOF formatting).
     fn replicate_lease(&self, at: u64) {
-        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        let at = i64::try_from(to_wall(at)).unwrap_or(i64::MAX);
         self.propagate(|ctx, rep| {
             // SAFETY: "scl": the live key name, a C string and a long long.
             unsafe {
@@ -704,8 +717,8 @@ impl<'a> LockKey<'a> {
                     owner.len(),
                     clamp(h.hold.count),
                     clamp(h.hold.fence),
-                    clamp(h.hold.expires_at),
-                    clamp(h.since),
+                    clamp(to_wall(h.hold.expires_at)),
+                    clamp(to_wall(h.since)),
                 );
             },
             // SAFETY: "scb": the key name, a C string, an owner (pointer,
@@ -743,7 +756,7 @@ impl<'a> LockKey<'a> {
                     clamp(hold.count),
                     clamp(hold.fence),
                     c"PXAT".as_ptr(),
-                    clamp(hold.expires_at),
+                    clamp(to_wall(hold.expires_at)),
                 );
             }
         });

@@ -5,6 +5,7 @@
 //! line and an error reply instead of a panic unwinding into C (which would
 //! abort the server).
 
+pub mod clock;
 pub mod commandinfo;
 pub mod config;
 pub mod datatype;
@@ -33,12 +34,13 @@ use redis_module::{logging, raw, Context, RedisString};
 
 use redislock_core::error::LockError;
 
-/// Wall-clock unix milliseconds, as the server sees them (`mstime()`).
+/// Now on the lease clock ([`clock`]): the server's wall-clock unix
+/// milliseconds (`mstime()`), less the wall clock's steps.
 pub fn now_ms() -> u64 {
     // SAFETY: RedisModule_Milliseconds takes no arguments and is set once the
     // module is initialised, before any command or callback can run.
     let ms = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
-    u64::try_from(ms).unwrap_or(0)
+    clock::from_wall(u64::try_from(ms).unwrap_or(0))
 }
 
 /// The server's version as `0x00MMmmpp` (7.0.15 is `0x0007000f`); Valkey
@@ -70,10 +72,9 @@ pub(crate) fn create_timer(
     callback: extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void),
     data: *mut c_void,
 ) -> raw::RedisModuleTimerID {
-    let delay = i64::try_from(delay_ms.min(redislock_core::handoff::MAX_DELAY_MS)).unwrap_or(0);
-    // SAFETY: a live context of this module; `data` is handed back to
-    // `callback` once, when the timer fires.
-    unsafe { raw::RedisModule_CreateTimer.map_or(0, |f| f(ctx, delay, Some(callback), data)) }
+    // Filed with the lease clock, which re-arms it after a step: module
+    // timers are filed by wall time.
+    clock::arm(ctx, delay_ms, now_ms(), callback, data)
 }
 
 /// Subscribes `callback` to the server event `id`, or unsubscribes (`None`).

@@ -87,6 +87,8 @@ extern "C" fn on_event(
         if event.id == raw::REDISMODULE_EVENT_CONFIG {
             reconfigure(ctx);
         } else {
+            // Each tick also looks for a step of the wall clock.
+            crate::ffi::clock::check(ctx);
             refresh(ctx);
         }
     });

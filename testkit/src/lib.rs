@@ -10,6 +10,7 @@
 //! | [`port`] | free loopback ports, and cluster node ports whose bus port is free too |
 //! | [`server`] | [`Server`] and its [`ServerBuilder`]: start, restart, stop, kill on drop |
 //! | [`call`] | [`Call`]: one-line commands on a connection, error replies as text; [`LockInfo`]; [`wait_on`] |
+//! | [`clockshift`] | [`ClockShift`]: steps a server's wall clock (a preload shim), its monotonic clock untouched |
 //! | [`cluster`] | [`Cluster`]: three masters, slots split evenly |
 //! | [`sentinel`] | [`Sentinel`]: a `redis-sentinel` watching one master |
 //! | [`bench`] | what both benches share: their arguments, preloaded C shims, the checkout's revision |
@@ -25,6 +26,7 @@
 
 pub mod bench;
 pub mod call;
+pub mod clockshift;
 pub mod cluster;
 pub mod env;
 pub mod port;
@@ -38,6 +40,7 @@ pub use call::{
     error_text, handed_fence, show_args, text, wait_args, wait_on, wait_on_timed, Call, Hold,
     HolderInfo, LockInfo, Reply,
 };
+pub use clockshift::ClockShift;
 pub use cluster::Cluster;
 pub use env::{cli_bin, module_path, server_bin, try_module_path};
 pub use port::{free_cluster_port, free_port};

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use redis::{Connection, FromRedisValue, ToRedisArgs};
 
 use crate::call::{Call, LockInfo};
+use crate::clockshift::ClockShift;
 use crate::env::{cli_bin, server_bin, try_module_path};
 use crate::port::{free_cluster_port, free_port};
 use crate::{wait_until, READY_TIMEOUT, REPLY_TIMEOUT};
@@ -147,6 +148,15 @@ impl ServerBuilder {
     /// against the server's `process_id`.
     pub fn wrapper(mut self, program: &str, args: &[String]) -> Self {
         self.wrapper = Some((program.to_string(), args.to_vec()));
+        self
+    }
+
+    /// Runs the server with its wall clock offset by `shift` (see
+    /// [`ClockShift`]); its monotonic clock stays the real one.
+    pub fn clock_shift(mut self, shift: &ClockShift) -> Self {
+        for (name, value) in shift.env() {
+            self.env.push((name.to_string(), value));
+        }
         self
     }
 

@@ -76,6 +76,7 @@ pub const LOCK_INFO_FIELDS: &[&str] = &[
     "lock_notowner",
     "lock_last_fence",
     "lock_quarantine_ms",
+    "lock_clock_steps",
     "lock_partition_safe",
     "lock_shared_held",
     "lock_disconnect_released",

@@ -13,6 +13,9 @@
 #[allow(dead_code)]
 mod harness;
 
+/// Leases, `WAIT` timeouts, quarantines and fences across steps of the
+/// server's wall clock.
+mod clock;
 /// Redis Cluster: routing by key, hash tags, slot migration with locks held
 /// and clients waiting, and failover of a master to its replica.
 mod cluster;
