@@ -54,7 +54,7 @@ pub fn watch(ctx: &Context) -> Result<(), &'static str> {
 
 /// A fork was born: the fence counter's record is written from a 0 ms
 /// timer, unless one is armed already.
-pub fn forked(ctx: *mut raw::RedisModuleCtx) {
+pub(crate) fn forked(ctx: *mut raw::RedisModuleCtx) {
     if !RECORD_ARMED.swap(true, Ordering::Relaxed) {
         arm_record(ctx, 0);
     }
@@ -99,7 +99,7 @@ fn aof_and_master(ctx: *mut raw::RedisModuleCtx) -> (bool, bool) {
 }
 
 /// Recomputes [`needed`]: AOF on, or a master with a backlog or replicas.
-pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
+pub(crate) fn refresh(ctx: *mut raw::RedisModuleCtx) {
     // SAFETY: a live context; the server info object is freed before return
     // and its fields are read as plain integers.
     let (aof, master) = aof_and_master(ctx);
