@@ -62,7 +62,7 @@ mod registration {
         }
         ffi::register_info(ctx.ctx);
         ffi::note_cluster_mode(ctx);
-        match ffi::events::subscribe(ctx).and_then(|()| ffi::propagation::watch(ctx)) {
+        match ffi::events::subscribe(ctx) {
             Ok(()) => Status::Ok,
             Err(why) => {
                 ctx.log_warning(&format!("lock: {why}"));

@@ -2,24 +2,16 @@
 //! hold to the connection it is granted on, and the hold ends, as a release
 //! to zero, when that connection closes.
 //!
-//! Which hold is bound to which client is [`crate::ephemeral`] (pure); this
-//! file makes the bindings (the caller's, or a waiting client's when it is
-//! handed the lock, see `host::Server::began`), hears connections close,
-//! and ends their holds.
+//! Which hold is bound to which client is [`redislock_core::ephemeral`] (pure); this
+//! file keeps the server's bindings: it makes them (the caller's, or a
+//! waiting client's when it is handed the lock, see `host::Server::began`),
+//! keeps them through `RENAME`, `MOVE`, `LOCK.FENCE` and a release, and
+//! hands a closed connection's holds to `ffi::ephemeral_ends`, which ends
+//! them.
 //!
 //! - Connections closing are heard through the client-change server event,
 //!   subscribed at the first binding: a server where nobody asks
-//!   `EPHEMERAL` pays nothing per disconnect. The event fires wherever the
-//!   server frees a client — inside another client's command (`CLIENT
-//!   KILL`), or outside any (a read error, `QUIT`, the client timeout, an
-//!   output-buffer limit, freed before the server sleeps) — and its
-//!   context's client is the closing one. The hold is ended there and then,
-//!   as the module's own timers end holds (keys opened outside any command,
-//!   effects replicated with `RedisModule_Replicate`): no later command
-//!   sees it, and its waiters are served in order in the same step.
-//! - While the server pauses writes, or Redis would refuse them for lack of
-//!   replicas, the module writes nothing on its own: the closed
-//!   connections' holds wait and are ended by a short retry timer.
+//!   `EPHEMERAL` pays nothing per disconnect.
 //! - A binding names a hold by lock, owner and fence; before a hold is
 //!   ended its lock is read, and only the very hold that was bound ends (a
 //!   later hold of the same owner, taken without `EPHEMERAL`, stays).
@@ -29,20 +21,14 @@
 //!   a restart, a replica, a promoted replica or a `MIGRATE` target has none.
 
 use std::cell::{Cell, RefCell};
-use std::os::raw::{c_int, c_void};
-use std::ptr;
+use std::os::raw::c_int;
 
 use redis_module::{logging, raw, Context, RedisString};
 
-use crate::ephemeral::{self, Binding, Bindings};
-use crate::error::LockError;
-use crate::ffi::host::Server;
-use crate::ffi::key::{Access, LockKey};
-use crate::ffi::writes_paused;
-use crate::ffi::{context_flags, create_timer, guard, partition, subscribe_to_server_event};
-use crate::ffi::{select_db, selected_db};
-use crate::orchestrate;
-use crate::queue::LockName;
+use crate::ffi::{context_flags, selected_db, subscribe_to_server_event};
+use redislock_core::ephemeral::{Binding, Bindings};
+use redislock_core::error::LockError;
+use redislock_core::queue::LockName;
 
 thread_local! {
     static BINDINGS: RefCell<Bindings> = RefCell::new(Bindings::default());
@@ -53,13 +39,17 @@ thread_local! {
     static LEAVING: RefCell<Option<LockName>> = const { RefCell::new(None) };
     /// Holds of closed connections, to be ended once the module may write.
     static PENDING: RefCell<Vec<Binding>> = const { RefCell::new(Vec::new()) };
-    /// The retry timer of [`PENDING`] is armed.
-    static RETRY_ARMED: Cell<bool> = const { Cell::new(false) };
+    /// The client-change callback that ends a closed connection's holds
+    /// (`ffi::ephemeral_ends`), given at load ([`hear_closes_with`]) and
+    /// subscribed at the first binding.
+    static ON_CLOSE: Cell<raw::RedisModuleEventCallback> = const { Cell::new(None) };
 }
 
-/// How long a closed connection's holds wait for writes to be allowed
-/// again before the next look, in ms.
-const RETRY_MS: u64 = 10;
+/// Names the callback to subscribe to the client-change event at the
+/// first binding (module load).
+pub fn hear_closes_with(callback: raw::RedisModuleEventCallback) {
+    ON_CLOSE.set(callback);
+}
 
 /// Whether any hold is bound (every question here starts with it, so a
 /// server without ephemeral holds pays one thread-local read).
@@ -112,11 +102,12 @@ pub fn refuse_in_script(ctx: &Context) -> Result<(), LockError> {
 /// Binds `owner`'s fresh hold of `name` (with `fence`) to client `id`.
 pub fn bind(ctx: *mut raw::RedisModuleCtx, id: u64, name: LockName, owner: &[u8], fence: u64) {
     if !SUBSCRIBED.replace(true)
-        && !subscribe_to_server_event(
-            ctx,
-            raw::REDISMODULE_EVENT_CLIENT_CHANGE,
-            Some(on_client_change),
-        )
+        && (ON_CLOSE.get().is_none()
+            || !subscribe_to_server_event(
+                ctx,
+                raw::REDISMODULE_EVENT_CLIENT_CHANGE,
+                ON_CLOSE.get(),
+            ))
     {
         SUBSCRIBED.set(false);
         logging::log_warning(
@@ -176,84 +167,19 @@ pub fn role_changed() {
     }
 }
 
-/// The client-change server event: a connection closed.
-extern "C" fn on_client_change(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || data.is_null() {
-        return;
-    }
-    guard("connection closed", (), || {
-        // SAFETY: Redis passes a RedisModuleClientInfo with this event.
-        let id = unsafe { (*data.cast::<raw::RedisModuleClientInfo>()).id };
-        if !any() {
-            return;
-        }
-        let ended = BINDINGS.with_borrow_mut(|b| b.closed(id));
-        if !ended.is_empty() {
-            end_or_defer(ctx, ended);
-        }
-    });
+/// Client `id`'s connection closed: its bindings go, and the holds they
+/// named are returned, to be ended.
+pub fn closed(id: u64) -> Vec<Binding> {
+    BINDINGS.with_borrow_mut(|b| b.closed(id))
 }
 
-/// Ends the bound holds now, or once the module may write.
-fn end_or_defer(ctx: *mut raw::RedisModuleCtx, mut ended: Vec<Binding>) {
-    let replica = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if context_flags(ctx) & replica as c_int != 0 {
-        return; // the holds are the master's, ordinary ones here
-    }
-    if writes_paused() || !partition::open() {
-        PENDING.with_borrow_mut(|pending| pending.append(&mut ended));
-        if !RETRY_ARMED.replace(true) {
-            create_timer(ctx, RETRY_MS, retry_cb, ptr::null_mut());
-        }
-        return;
-    }
-    // The context's client is the closing one, or a timer's: the database
-    // it had selected is put back.
-    let db = selected_db(ctx);
-    let context = Context::new(ctx);
-    for binding in ended {
-        end_one(&context, &binding);
-    }
-    select_db(ctx, db);
+/// Holds of closed connections that cannot be ended yet (writes refused):
+/// kept until [`take_deferred`], or dropped by a role change.
+pub fn defer(mut ended: Vec<Binding>) {
+    PENDING.with_borrow_mut(|pending| pending.append(&mut ended));
 }
 
-/// Ends one bound hold as a release to zero, if it is still that hold.
-fn end_one(ctx: &Context, binding: &Binding) {
-    select_db(ctx.ctx, binding.name.db);
-    let key = RedisString::create_from_slice(ctx.ctx, &binding.name.key);
-    let held = {
-        let lock = LockKey::open(ctx, &key, Access::Read);
-        let now = lock.now();
-        lock.holds().ok().flatten().and_then(|holds| {
-            holds
-                .of(&binding.owner, now)
-                .map(|holder| holder.hold.fence)
-        })
-    };
-    if !ephemeral::still_bound(binding, held) {
-        return;
-    }
-    let mut host = Server::outside_command(ctx);
-    if let Err(why) = orchestrate::end_bound(&mut host, &key, &binding.owner) {
-        logging::log_warning(format!(
-            "lock: an ephemeral hold was not ended: {}",
-            why.message()
-        ));
-    }
-}
-
-/// The retry of holds whose connection closed while writes were refused.
-extern "C" fn retry_cb(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard("ephemeral retry", (), || {
-        RETRY_ARMED.set(false);
-        let pending = PENDING.take();
-        if !pending.is_empty() {
-            end_or_defer(ctx, pending);
-        }
-    });
+/// The holds [`defer`] kept, to be ended now.
+pub fn take_deferred() -> Vec<Binding> {
+    PENDING.take()
 }

@@ -1,7 +1,8 @@
-//! What the module hears from the server: keyspace notifications and the
-//! flush, swap-db and loading server events.
+//! What the module hears from the server: keyspace notifications, the
+//! flush, swap-db and loading server events, and the replication events
+//! (a fork, a replica coming or going, a role change).
 //!
-//! Three uses. (1) A lock with waiters can be freed by any command (`DEL`,
+//! Four uses. (1) A lock with waiters can be freed by any command (`DEL`,
 //! `RENAME`, `MOVE`, eviction, a flush…): every notification about such a
 //! key reports it to [`host::freed_by_event`], and a `persist`, `expire`
 //! or `restore` of a lock to [`host::ttl_changed`]; callbacks must not
@@ -10,7 +11,9 @@
 //! why; an `expired` notification that follows at once, with no other event
 //! about the key between, tells why: pairing the two counts leases that
 //! ended while held. (3) At the end of loading, the fence
-//! counter is re-based on the clock (see [`on_server_event`]).
+//! counter is re-based on the clock (see [`on_server_event`]). (4) A fork,
+//! a replica change or a role change concerns several parts at once (see
+//! [`on_replication_event`]): a module has one callback per event.
 //!
 //! Every notification heard costs the command that caused it, module data
 //! or not: Redis builds a module context per delivery (~700 instructions).
@@ -26,18 +29,20 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ffi::{at_first_lock, guard, lock_may_exist, now_ms};
-use crate::ffi::{datatype, ephemeral, expired_held, lock_names, quarantine, upgrade};
+use crate::ffi::{datatype, ephemeral, ephemeral_ends, expired_held, lock_names, partition};
 use crate::ffi::{host, subscribe_to_server_event};
-use crate::queue::LockName;
-use crate::{fence, stats};
+use crate::ffi::{propagation, quarantine, upgrade};
+use redislock_core::queue::LockName;
+use redislock_core::{fence, stats};
 
 thread_local! {
     /// Whether the load under way is the server's own AOF.
     static LOADING_AOF: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Subscribes to what the module needs to hear: at load, the loading
-/// events; the rest once a lock may exist ([`subscribe_for_locks`]).
+/// Subscribes to what the module needs to hear: at load, the loading and
+/// replication events; the rest once a lock may exist
+/// ([`subscribe_for_locks`]).
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
     // SAFETY: a copy of the API table's entry, read after module load.
     if unsafe { raw::RedisModule_SubscribeToKeyspaceEvents }.is_none() {
@@ -51,7 +56,22 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
         return Err("cannot subscribe to server events");
     }
     // A server where nobody locks pays nothing for the module on its keys.
-    at_first_lock(ctx.ctx, subscribe_for_locks)
+    at_first_lock(ctx.ctx, subscribe_for_locks)?;
+    // Nor per disconnect, where nobody asks `EPHEMERAL`: the client-change
+    // event is subscribed at the first binding.
+    ephemeral::hear_closes_with(Some(ephemeral_ends::on_client_change));
+    propagation::watch(ctx)?;
+    let events = [
+        raw::REDISMODULE_EVENT_FORK_CHILD,
+        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+    ];
+    for id in events {
+        if !subscribe_to_server_event(ctx.ctx, id, Some(on_replication_event)) {
+            return Err("cannot subscribe to replication events");
+        }
+    }
+    Ok(())
 }
 
 /// The keyspace notifications, flushes and swaps: they matter only to a
@@ -258,4 +278,36 @@ fn server_event(
     for db in dbs {
         host::freed_db(ctx, db, in_command);
     }
+}
+
+/// A fork, a replica change or a role change: whether effects have
+/// listeners is read again, a fork has the fence counter recorded, a
+/// replica that becomes a master starts its quarantine (it may lack holds
+/// its old master granted), a role change drops the ephemeral bindings,
+/// and the replicas gate looks again: one callback, as a module has one
+/// per event.
+extern "C" fn on_replication_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("replication event", (), || {
+        propagation::refresh(ctx);
+        let forked = event.id == raw::REDISMODULE_EVENT_FORK_CHILD
+            && subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN;
+        if forked {
+            propagation::forked(ctx);
+        }
+        let promoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
+        if promoted {
+            quarantine::promoted(partition::lag_ms());
+        }
+        if event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
+            ephemeral::role_changed();
+        }
+        // Redis recounts its good replicas when one comes or goes.
+        partition::refresh(ctx);
+    });
 }

@@ -9,6 +9,7 @@ pub mod commandinfo;
 pub mod config;
 pub mod datatype;
 pub mod ephemeral;
+pub mod ephemeral_ends;
 pub mod events;
 pub mod expired_held;
 pub mod host;

@@ -12,7 +12,8 @@
 //! The condition can only become true through a fork (a replica's full sync
 //! and turning the AOF on both fork, and the first replica's sync creates the
 //! backlog before its fork), a role change, or a replica coming and going:
-//! each is a server event that refreshes it. It is also read at load.
+//! each is a server event that refreshes it (heard by `ffi::events`). It is
+//! also read at load.
 //!
 //! A fork is also when the AOF may be rewritten. A rewrite keeps only keys;
 //! without the RDB preamble (whose aux field carries it) the fence counter
@@ -28,10 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{raw, Context};
 
-use crate::fence;
-use crate::ffi::{context_flags, create_timer, ephemeral, guard, now_ms, partition, quarantine};
-use crate::ffi::{subscribe_to_server_event, writes_paused};
-use crate::handoff::PAUSE_RETRY_MS;
+use crate::ffi::{context_flags, create_timer, guard, now_ms, partition, writes_paused};
+use redislock_core::fence;
+use redislock_core::handoff::PAUSE_RETRY_MS;
 
 /// Whether effects must be built and sent. Starts true: safe until known.
 static NEEDED: AtomicBool = AtomicBool::new(true);
@@ -44,51 +44,20 @@ pub fn needed() -> bool {
     NEEDED.load(Ordering::Relaxed)
 }
 
-/// Reads the condition now (module load).
+/// Reads the condition now, and the replicas gate's settings (module
+/// load). The replication events that change it are heard by
+/// `ffi::events`, which calls [`refresh`] and [`forked`].
 pub fn watch(ctx: &Context) -> Result<(), &'static str> {
     refresh(ctx.ctx);
-    partition::watch(ctx)?;
-    let events = [
-        raw::REDISMODULE_EVENT_FORK_CHILD,
-        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-    ];
-    for id in events {
-        if !subscribe_to_server_event(ctx.ctx, id, Some(on_event)) {
-            return Err("cannot subscribe to replication events");
-        }
-    }
-    Ok(())
+    partition::watch(ctx)
 }
 
-/// A fork, a replica change or a role change: read the condition again. A
-/// replica that becomes a master also starts its quarantine (it may lack
-/// holds its old master granted), and the replicas gate looks again: one
-/// callback, as a module has one per event.
-extern "C" fn on_event(
-    ctx: *mut raw::RedisModuleCtx,
-    event: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    guard("replication event", (), || {
-        refresh(ctx);
-        let forked = event.id == raw::REDISMODULE_EVENT_FORK_CHILD
-            && subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN;
-        if forked && !RECORD_ARMED.swap(true, Ordering::Relaxed) {
-            arm_record(ctx, 0);
-        }
-        let promoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
-            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
-        if promoted {
-            quarantine::promoted(partition::lag_ms());
-        }
-        if event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
-            ephemeral::role_changed();
-        }
-        // Redis recounts its good replicas when one comes or goes.
-        partition::refresh(ctx);
-    });
+/// A fork was born: the fence counter's record is written from a 0 ms
+/// timer, unless one is armed already.
+pub(crate) fn forked(ctx: *mut raw::RedisModuleCtx) {
+    if !RECORD_ARMED.swap(true, Ordering::Relaxed) {
+        arm_record(ctx, 0);
+    }
 }
 
 fn arm_record(ctx: *mut raw::RedisModuleCtx, delay_ms: u64) {
@@ -130,7 +99,7 @@ fn aof_and_master(ctx: *mut raw::RedisModuleCtx) -> (bool, bool) {
 }
 
 /// Recomputes [`needed`]: AOF on, or a master with a backlog or replicas.
-fn refresh(ctx: *mut raw::RedisModuleCtx) {
+pub(crate) fn refresh(ctx: *mut raw::RedisModuleCtx) {
     // SAFETY: a live context; the server info object is freed before return
     // and its fields are read as plain integers.
     let (aof, master) = aof_and_master(ctx);
