@@ -1,22 +1,22 @@
 //! The command handlers: parse → apply → reply, one thin function each.
 //!
-//! Parsing is [`crate::args`]; deciding and its sequencing — open the key,
-//! ask [`crate::lock`], store the answer (which also replicates it), serve
-//! or park waiters — is [`crate::orchestrate`], run against the server
+//! Parsing is [`redislock_core::args`]; deciding and its sequencing — open the key,
+//! ask [`redislock_core::lock`], store the answer (which also replicates it), serve
+//! or park waiters — is [`redislock_core::orchestrate`], run against the server
 //! ([`Server`]); a handler parses, calls it and replies. Errors travel as [`LockError`] and become replies in [`run`].
 
 use std::os::raw::c_long;
 
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
-use crate::args;
-use crate::error::LockError;
 use crate::ffi::host::{self, Server};
 use crate::ffi::key::{Access, LockKey};
 use crate::ffi::{config, ephemeral, guard, now_ms, partition, Args};
-use crate::holds::Mode;
-use crate::orchestrate::{self, Acquired};
-use crate::{fence, stats};
+use redislock_core::args;
+use redislock_core::error::LockError;
+use redislock_core::holds::Mode;
+use redislock_core::orchestrate::{self, Acquired};
+use redislock_core::{fence, stats};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]` → fence, or nil if busy.
 /// With `WAIT` a busy lock parks the client until it is handed the lock
@@ -274,7 +274,7 @@ pub fn last_fence(ctx: &Context, input: &Args) -> RedisResult {
 
 /// Refuses a command that begins or lengthens a hold on a master whose
 /// replicas Redis counts as good again but which have not yet shown that
-/// they follow it (see [`crate::partition`]): after a partition heals, the
+/// they follow it (see [`redislock_core::partition`]): after a partition heals, the
 /// old master may count replicas that Sentinel has moved to the new master.
 /// (Where Redis itself counts too few, it refuses before the module runs.)
 fn replicas_follow(ctx: &Context) -> Result<(), LockError> {

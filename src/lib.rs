@@ -3,15 +3,16 @@
 //! The command reference is `docs/commands.md`. The logic lives in the
 //! Redis-free crate `redislock-core` (`core/`: the lock state machine,
 //! fences, the wait queue, the hand-off engine, the sequencing around them,
-//! the quarantine, argument parsing, counters), re-exported here under the
-//! same names; this crate is the glue that runs it inside `redis-server`:
+//! the quarantine, argument parsing, counters), which the glue names by
+//! its own name (`redislock_core::…`); this crate is the glue that runs it
+//! inside `redis-server`:
 //!
 //! | path | what lives there | touches Redis? |
 //! |---|---|---|
-//! | `core/` ([`lock`], [`handoff`], [`args`], …) | the logic, pure, time passed in | no |
-//! | `core/` [`orchestrate`] | the sequencing: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks; generic over its `Host` trait | no |
+//! | `core/` ([`redislock_core::lock`], [`redislock_core::handoff`], [`redislock_core::args`], …) | the logic, pure, time passed in | no |
+//! | `core/` [`redislock_core::orchestrate`] | the sequencing: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks; generic over its `Host` trait | no |
 //! | [`commands`] | one handler per command: parse → call the core → reply | safe API |
-//! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`orchestrate`] and blocked clients (`ffi::host`), events, ephemeral holds ended when their connection closes (`ffi::ephemeral`), configs, the quarantine clock, where waits and holds begin and end (`ffi::latency`) | `unsafe` |
+//! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`redislock_core::orchestrate`] and blocked clients (`ffi::host`), events, ephemeral holds bound to connections (`ffi::ephemeral`) and ended when they close (`ffi::ephemeral_ends`), configs, the quarantine clock, where waits and holds begin and end (`ffi::latency`) | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock`: held
 //! exclusively, its owner, count, fence, lease end and start in one
@@ -30,11 +31,6 @@
 pub mod commands;
 pub mod ffi;
 
-pub use redislock_core::{
-    args, cluster, ephemeral, error, fence, handoff, holds, latency, lock, orchestrate, partition,
-    quarantine, queue, shared_queue, stats,
-};
-
 // Unit tests run without Redis, so they use the system allocator and skip
 // the registration; the module allocates through Redis so that
 // `used_memory` and `MEMORY USAGE` count its data.
@@ -42,10 +38,11 @@ pub use redislock_core::{
 mod registration {
     use std::os::raw::c_int;
 
-    use redis_module::{raw, redis_module, Context, RedisString, Status};
+    use redis_module::{raw, redis_module, Context, RedisResult, RedisString, Status};
+    use redislock_core::error::LockError;
 
+    use crate::commands;
     use crate::ffi::{self, commandinfo, datatype::LOCK_TYPE};
-    use crate::{commands, error};
 
     /// Module load: panic hook, commands, INFO section and subscriptions
     /// to server events (the data type is registered by the macro).
@@ -60,7 +57,7 @@ mod registration {
         if register_commands(ctx) == Status::Err {
             return Status::Err;
         }
-        ffi::register_info(ctx.ctx);
+        ffi::info::register(ctx.ctx);
         ffi::note_cluster_mode(ctx);
         match ffi::events::subscribe(ctx) {
             Ok(()) => Status::Ok,
@@ -71,12 +68,44 @@ mod registration {
         }
     }
 
+    /// Runs one command: reads its arguments in place ([`ffi::Args`]),
+    /// calls `handler` behind the panic guard and replies with the result.
+    /// `makes_locks`: the command may make a lock or a waiter under its key
+    /// (the others find one there or do nothing).
+    #[inline(always)]
+    fn run_command(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: *mut *mut raw::RedisModuleString,
+        argc: c_int,
+        name: &str,
+        makes_locks: bool,
+        handler: impl Fn(&Context, &ffi::Args) -> RedisResult,
+    ) -> c_int {
+        let context = Context::new(ctx);
+        // A client may wait on a lock that does not exist yet
+        // (a quarantine): from the first lock command on, the
+        // module hears about keys.
+        ffi::lock_may_exist();
+        let replied = ffi::guard(name, None, || {
+            // SAFETY: Redis passes `argc` live arguments for the call.
+            let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
+            // The key of a command that may make a lock or a
+            // waiter there: its notifications count from now on.
+            let key = args.bytes().get(1).copied().filter(|_| makes_locks);
+            let reply = ffi::lock_names::lock_command(key, || handler(&context, &args));
+            Some(context.reply(reply) as c_int)
+        });
+        // A panic outside the handler's own guard: still one reply.
+        replied.unwrap_or_else(|| {
+            context.reply(Err(commands::error_reply(LockError::Internal))) as c_int
+        })
+    }
+
     /// Registers the commands of [`commandinfo`]'s table, each behind a
-    /// shim that reads its arguments in place ([`ffi::Args`]) and replies
-    /// with the result.
+    /// shim that Redis calls and that hands over to [`run_command`].
     fn register_commands(ctx: &Context) -> Status {
-        // `$makes_locks`: the command may make a lock or a waiter under its
-        // key (the others find one there or do nothing).
+        // A C function per command (Redis passes no data to a command
+        // callback, so each one names its handler itself).
         macro_rules! shim {
             ($handler:path, $makes_locks:expr) => {{
                 extern "C" fn shim(
@@ -84,26 +113,14 @@ mod registration {
                     argv: *mut *mut raw::RedisModuleString,
                     argc: c_int,
                 ) -> c_int {
-                    let context = Context::new(ctx);
-                    // A client may wait on a lock that does not exist yet
-                    // (a quarantine): from the first lock command on, the
-                    // module hears about keys.
-                    ffi::lock_may_exist();
-                    let replied = ffi::guard(stringify!($handler), None, || {
-                        // SAFETY: Redis passes `argc` live arguments for the call.
-                        let args = unsafe { ffi::Args::from_raw(ctx, argv, argc) };
-                        // The key of a command that may make a lock or a
-                        // waiter there: its notifications count from now on.
-                        let key = args.bytes().get(1).copied().filter(|_| $makes_locks);
-                        let reply =
-                            ffi::lock_names::lock_command(key, || $handler(&context, &args));
-                        Some(context.reply(reply) as c_int)
-                    });
-                    // A panic outside the handler's own guard: still one reply.
-                    replied.unwrap_or_else(|| {
-                        context.reply(Err(commands::error_reply(error::LockError::Internal)))
-                            as c_int
-                    })
+                    run_command(
+                        ctx,
+                        argv,
+                        argc,
+                        stringify!($handler),
+                        $makes_locks,
+                        $handler,
+                    )
                 }
                 shim as extern "C" fn(_, _, _) -> _
             }};

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
 
-use crate::args::MAX_MS;
 use crate::ffi::guard;
-use crate::quarantine::Mode;
+use redislock_core::args::MAX_MS;
+use redislock_core::quarantine::Mode;
 
 /// `lock.max-ttl`: the longest lease a `ttl-ms` may ask for (0: no cap).
 static MAX_TTL: AtomicU64 = AtomicU64::new(0);

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
-use crate::args::MAX_OWNER_LEN;
 use crate::ffi::{expired_held, guard, latency, lock_may_exist, lock_names, now_ms};
-use crate::holds::{Holder, Holds, Mode};
-use crate::lock::Hold;
-use crate::{fence, stats};
+use redislock_core::args::MAX_OWNER_LEN;
+use redislock_core::holds::{Holder, Holds, Mode};
 use redislock_core::limits::MAX_COUNT;
+use redislock_core::lock::Hold;
+use redislock_core::{fence, stats};
 
 /// The RDB encoding of a lock value. Version history (every one must stay
 /// loadable: see [`rdb_load`]; `tests/fixtures/v1-locks.rdb` is a version 1
@@ -34,7 +34,7 @@ use redislock_core::limits::MAX_COUNT;
 pub const ENCODING_VERSION: i32 = 3;
 
 /// A lease end not known: a value loaded from version 1. Its key's TTL is
-/// its lease (see [`crate::lock::lease_end`]).
+/// its lease (see [`redislock_core::lock::lease_end`]).
 pub const LEASE_UNKNOWN: u64 = 0;
 
 /// Version 1 values loaded since the last upgrade pass (see
@@ -58,7 +58,7 @@ const SHARED_TAG: u16 = u16::MAX;
 #[derive(Debug)]
 pub struct StoredLock {
     fence: u64,
-    /// Counts are at most [`crate::limits::MAX_COUNT`].
+    /// Counts are at most [`redislock_core::limits::MAX_COUNT`].
     count: u32,
     /// Lease end, unix ms, or [`LEASE_UNKNOWN`] (48 bits).
     lease: [u8; 6],

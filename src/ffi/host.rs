@@ -1,9 +1,9 @@
 //! The server as the sequencing sees it ([`Server`], the
-//! [`crate::orchestrate::Host`] of the module), and blocked waiters: parking
+//! [`redislock_core::orchestrate::Host`] of the module), and blocked waiters: parking
 //! clients in `LOCK.ACQUIRE … WAIT` and answering them.
 //!
 //! When a lock is served, handed over or taken back, and what the pump
-//! does, is [`crate::orchestrate`]'s (shared with the model checker); this
+//! does, is [`redislock_core::orchestrate`]'s (shared with the model checker); this
 //! file carries each step out with the C API, and keeps what only a server
 //! has: blocked-client handles, timers and jobs, the database a timer works
 //! in, cluster redirections, and the reply races below.
@@ -59,18 +59,18 @@ use std::ptr::{self, NonNull};
 
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
-use crate::error::LockError;
 use crate::ffi::key::{LockKey, Tracked};
 use crate::ffi::latency;
 use crate::ffi::{self, config, ephemeral, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::ffi::{select_db, selected_db};
-use crate::handoff::{Deadlines, Engine, Gate, Timer};
-use crate::holds::{Holds, Mode};
-use crate::lock::{Hold, Lock};
-use crate::orchestrate::{self, Event, Host, Lease, Nil, Removal};
-use crate::queue::LockName;
-use crate::{cluster, fence, stats};
+use redislock_core::error::LockError;
+use redislock_core::handoff::{Deadlines, Engine, Gate, Timer};
+use redislock_core::holds::{Holds, Mode};
+use redislock_core::lock::{Hold, Lock};
+use redislock_core::orchestrate::{self, Event, Host, Lease, Nil, Removal};
+use redislock_core::queue::LockName;
+use redislock_core::{cluster, fence, stats};
 
 /// A blocked client's handle, owned by whoever must answer it next.
 pub struct BlockedClient(NonNull<raw::RedisModuleBlockedClient>);

@@ -7,14 +7,14 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::args::ShareChange;
-use crate::error::LockError;
 use crate::ffi::datatype::{self, raw_type, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::latency::{self, HoldEnds};
 use crate::ffi::{now_ms, propagation};
-use crate::holds::{Changes, Holder, Holds, Mode};
-use crate::lock::{self, Hold, Lock};
-use crate::stats;
+use redislock_core::args::ShareChange;
+use redislock_core::error::LockError;
+use redislock_core::holds::{Changes, Holder, Holds, Mode};
+use redislock_core::lock::{self, Hold, Lock};
+use redislock_core::stats;
 
 /// `RedisModule_Replicate`'s type.
 type ReplicateFn = unsafe extern "C" fn(
@@ -85,7 +85,7 @@ pub enum Access {
     Write,
 }
 
-pub use crate::orchestrate::Lease;
+pub use redislock_core::orchestrate::Lease;
 
 impl<'a> LockKey<'a> {
     /// Opens `name` for a client's command. Opening lazily expires a key

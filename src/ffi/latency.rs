@@ -1,5 +1,5 @@
 //! Timing waits and holds for `INFO lock` (`wait_usec`, `hold_usec`; the
-//! bookkeeping is [`crate::latency`]'s).
+//! bookkeeping is [`redislock_core::latency`]'s).
 //!
 //! Lengths are measured on a monotonic clock in microseconds ([`now_us`]),
 //! so a wall-clock step changes none of them. A hold's begin and end are
@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::ffi::now_ms;
-use crate::holds::Changes;
-use crate::latency::{self, HOLDS, WAIT_USEC};
+use redislock_core::holds::Changes;
+use redislock_core::latency::{self, HOLDS, WAIT_USEC};
 
 /// Microseconds on a monotonic clock (since the module first asked).
 pub fn now_us() -> u64 {

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use crate::stats;
+use redislock_core::stats;
 
 /// A Bloom filter (two bits per name) of the key names that may hold a
 /// lock or have clients waiting: every key a lock command named, and every

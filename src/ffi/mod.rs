@@ -13,6 +13,7 @@ pub mod ephemeral_ends;
 pub mod events;
 pub mod expired_held;
 pub mod host;
+pub mod info;
 pub mod key;
 pub mod latency;
 pub mod lock_names;
@@ -30,8 +31,7 @@ use std::cell::Cell;
 
 use redis_module::{logging, raw, Context, RedisString};
 
-use crate::error::LockError;
-use crate::{fence, stats};
+use redislock_core::error::LockError;
 
 /// Wall-clock unix milliseconds, as the server sees them (`mstime()`).
 pub fn now_ms() -> u64 {
@@ -63,14 +63,14 @@ pub(crate) fn context_flags(ctx: *mut raw::RedisModuleCtx) -> c_int {
 }
 
 /// Arms a module timer: `callback` gets `data` back once, in `delay_ms`
-/// (at most [`crate::handoff::MAX_DELAY_MS`]). 0: it could not be armed.
+/// (at most [`redislock_core::handoff::MAX_DELAY_MS`]). 0: it could not be armed.
 pub(crate) fn create_timer(
     ctx: *mut raw::RedisModuleCtx,
     delay_ms: u64,
     callback: extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void),
     data: *mut c_void,
 ) -> raw::RedisModuleTimerID {
-    let delay = i64::try_from(delay_ms.min(crate::handoff::MAX_DELAY_MS)).unwrap_or(0);
+    let delay = i64::try_from(delay_ms.min(redislock_core::handoff::MAX_DELAY_MS)).unwrap_or(0);
     // SAFETY: a live context of this module; `data` is handed back to
     // `callback` once, when the timer fires.
     unsafe { raw::RedisModule_CreateTimer.map_or(0, |f| f(ctx, delay, Some(callback), data)) }
@@ -166,26 +166,6 @@ pub fn install_panic_hook() {
         logging::log_warning(format!("lock: panic: {info}"));
         default(info);
     }));
-}
-
-/// Registers the `INFO lock` section (fields `lock_held`, `lock_waiting`, …).
-/// Done by hand: the crate's own info hook needs a newer Redis.
-pub fn register_info(ctx: *mut raw::RedisModuleCtx) {
-    raw::register_info_function(ctx, Some(info_callback));
-}
-
-/// Fills the `INFO lock` section.
-extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
-    guard("info", (), || {
-        // An empty section name makes Redis name the section after the module.
-        raw::add_info_section(ctx, None);
-        for (name, value) in stats::fields(fence::last(), quarantine::ms_left(), partition::safe())
-        {
-            raw::add_info_field_long_long(ctx, name, value);
-        }
-        raw::add_info_field_str(ctx, "wait_usec", &latency::render_wait());
-        raw::add_info_field_str(ctx, "hold_usec", &latency::render_hold());
-    });
 }
 
 /// A command's arguments as Redis passed them, read in place: no copy and

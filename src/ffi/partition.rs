@@ -1,4 +1,4 @@
-//! The replicas gate's glue ([`crate::partition`]): Redis's
+//! The replicas gate's glue ([`redislock_core::partition`]): Redis's
 //! `min-replicas-to-write` / `min-replicas-max-lag`, read from the server,
 //! and the marker write that proves replicas follow this master.
 //!
@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use redis_module::{logging, raw, Context, RedisValue};
 
-use crate::fence;
 use crate::ffi::{
     config, context_flags, create_timer, guard, subscribe_to_server_event, writes_paused,
 };
-use crate::partition::{self, Action, Partition, Settings, View};
+use redislock_core::fence;
+use redislock_core::partition::{self, Action, Partition, Settings, View};
 
 thread_local! {
     /// The gate (main thread only).

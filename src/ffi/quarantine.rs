@@ -2,7 +2,7 @@
 //! and what starts it — the module's load, the end of the load at
 //! start-up, and a promotion (whose quarantine adds Redis's
 //! `min-replicas-max-lag`, read by `ffi::partition`). The rules are the
-//! core's [`crate::quarantine`]; the configs they read, `ffi::config`.
+//! core's [`redislock_core::quarantine`]; the configs they read, `ffi::config`.
 
 use std::cell::Cell;
 use std::os::raw::c_void;
@@ -13,8 +13,8 @@ use std::time::Instant;
 use redis_module::raw;
 
 use crate::ffi::{config, create_timer, guard};
-use crate::handoff::Gate;
-use crate::quarantine::{Cause, Quarantine};
+use redislock_core::handoff::Gate;
+use redislock_core::quarantine::{Cause, Quarantine};
 
 thread_local! {
     /// The quarantine (main thread only).
