@@ -1,7 +1,7 @@
 //! The hand-off engine: which waiting client gets a lock when it frees, and
 //! when to look at a lock again.
 //!
-//! Pure: no Redis, time passed in. The glue (`ffi::waiting`) feeds it what
+//! Pure: no Redis, time passed in. The glue (`ffi::host`) feeds it what
 //! happened — a client parks, a lock may have freed, a lease or a deadline
 //! timer fired, a client left, writes were paused — together with what it
 //! saw in the lock's key, and executes the decision: grant (write the lock,

@@ -5,7 +5,7 @@
 //! [`lock`] decides one command and [`Engine`] decides who gets a freed
 //! lock; the functions here put those decisions in order — open the key,
 //! ask, write, announce, answer, arm the next timer — against a [`Host`]:
-//! the world as the sequencing needs it. The module (`src/ffi/waiting.rs`)
+//! the world as the sequencing needs it. The module (`src/ffi/host.rs`)
 //! implements it with the server's C API; the model checker (`model/`)
 //! implements it on its own state and so checks this very code.
 //!

@@ -6,7 +6,7 @@
 //! not a copy of it; the
 //! server model also runs the module's sequencing,
 //! `redislock_core::orchestrate`, through its own `Host` (its state as the
-//! world: keys, timers, replies), the trait `src/ffi/waiting.rs` implements
+//! world: keys, timers, replies), the trait `src/ffi/host.rs` implements
 //! with the C API. The checker then walks every interleaving within the bounds
 //! and checks the guarantees in every state it reaches.
 //!

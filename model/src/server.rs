@@ -8,7 +8,7 @@
 //! the module's own core — [`lock`] decides each command, [`fence::next`]
 //! issues fences, [`Engine`] (with its [`queue`](redislock_core::queue)) decides
 //! hand-offs — put in order by the module's own sequencing,
-//! [`orchestrate`] (what `src/commands.rs` and `src/ffi/waiting.rs` call).
+//! [`orchestrate`] (what `src/commands.rs` and `src/ffi/host.rs` call).
 //! This file only implements its [`Host`] on the model's state: a key is a
 //! slot, a timer an entry, a reply a field of the client; and it records
 //! what the properties need (who queued first, what was revoked).
@@ -896,7 +896,7 @@ impl State {
         }
     }
 
-    /// The disconnect callback (`waiting::disconnect_cb`), called for a
+    /// The disconnect callback (`host::disconnect_cb`), called for a
     /// blocked client, or one unblocked whose reply is not written yet.
     fn disconnect(&mut self, client: usize) {
         let c = &self.clients[client];
@@ -1179,7 +1179,7 @@ impl Model for ServerModel {
                 for l in 0..s.keys.len() {
                     s.force_free(l);
                 }
-                // `waiting::freed_db`, in the order the names come (sorted
+                // `host::freed_db`, in the order the names come (sorted
                 // here: the model must be deterministic).
                 let mut names = s.engine.names_in(None);
                 names.sort();

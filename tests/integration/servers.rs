@@ -20,7 +20,7 @@
 //!   the command; Redis 7.0 has none, and the module uses a 0 ms timer.
 //! - A `CLIENT UNBLOCK` that meets a client the module has just granted
 //!   reaches the module by different paths (see the module docs of
-//!   `src/ffi/waiting.rs`), with the same outcome on all four.
+//!   `src/ffi/host.rs`), with the same outcome on all four.
 
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
