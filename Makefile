@@ -125,7 +125,10 @@ test-cargo: build
 
 # One server's suites, one after the other, their output into its log.
 # A suite that fails is reported and the next one still runs, so one run
-# shows every failure.
+# shows every failure. The integration suite runs on one server at a time
+# (flock): its tests measure hand-off delays and costs against each other
+# with four threads of their own, the suite that a second one beside it
+# would starve of CPU most.
 TEST_ON := $(addprefix test-on-,$(SERVERS))
 $(TEST_ON): test-on-%:
 	@env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); log=$(TEST_LOGS)/$*.log; all=$$SECONDS; failed=""; \
@@ -133,7 +136,7 @@ $(TEST_ON): test-on-%:
 	  if "$$@" >> $$log 2>&1; then echo "--- $*: $$name passed in $$((SECONDS - start)) s"; \
 	  else echo "=== $*: $$name FAILED (after $$((SECONDS - start)) s) ==="; failed="$$failed $$name"; fi; }; \
 	echo "=== $*: integration, Rust client, Python, Node, Java, Go, conformance (log: $$log) ==="; \
-	suite integration env $$env cargo test --release --test integration -- --test-threads=4; \
+	suite integration flock $(TEST_LOGS)/.integration env $$env cargo test --release --test integration -- --test-threads=4; \
 	suite rust-client env $$env cargo test --release -p redislock-client; \
 	suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider tests; \
 	suite node env -C node $$env npm run --silent test:only; \
