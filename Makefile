@@ -87,7 +87,7 @@ CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
 # output goes to target/test-logs/<server>.log, printed whole when that
 # server ends; while it runs, a line per suite says how it went. A suite that
 # fails says so (`=== <server>: <suite> FAILED ===`), its server's other
-# suites still run, and make test fails naming the server.
+# suites and the other servers still run, and make test fails naming the server.
 # `make test TEST_JOBS=1` runs the servers one after the other.
 TEST_JOBS := 2
 TEST_LOGS := target/test-logs
@@ -98,7 +98,7 @@ test: ## Run every test: unit tests and model checks, then on each of the four s
 	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
 	@start=$$SECONDS; rm -rf $(TEST_LOGS); mkdir -p $(TEST_LOGS); \
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) $(TEST_ON) || { echo "=== make test: a server's suites failed (see its FAILED lines above) ==="; exit 1; }; \
+	$(MAKE) --no-print-directory -k -j$(TEST_JOBS) $(TEST_ON) || { echo "=== make test: a server's suites failed (see its FAILED lines above) ==="; exit 1; }; \
 	echo "=== make test: every server passed; their suites took $$((SECONDS - start)) s, $(TEST_JOBS) servers at a time ==="
 
 # What test-builds needs from apt (Debian's servers, clang, the JDK and
