@@ -125,13 +125,15 @@ test-cargo: build
 
 # One server's suites, one after the other, their output into its log.
 # A suite that fails is reported and the next one still runs, so one run
-# shows every failure. The integration suite runs on one server at a time
-# (flock): its tests measure hand-off delays and costs against each other
-# with four threads of their own, the suite that a second one beside it
-# would starve of CPU most.
+# shows every failure. The integration suite and each conformance run take
+# turns between the servers (flock): the integration suite's tests measure
+# hand-off delays and costs against each other with four threads of their
+# own, and a conformance run starts eight drivers at once, each given 20 s
+# to answer its first request; a second one of either beside it starves it
+# of CPU most.
 TEST_ON := $(addprefix test-on-,$(SERVERS))
 $(TEST_ON): test-on-%:
-	@env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); log=$(TEST_LOGS)/$*.log; all=$$SECONDS; failed=""; \
+	@mkdir -p $(TEST_LOGS); env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); log=$(TEST_LOGS)/$*.log; all=$$SECONDS; failed=""; \
 	suite() { local name=$$1 start=$$SECONDS; shift; echo "--- $*: $$name ---" >> $$log; \
 	  if "$$@" >> $$log 2>&1; then echo "--- $*: $$name passed in $$((SECONDS - start)) s"; \
 	  else echo "=== $*: $$name FAILED (after $$((SECONDS - start)) s) ==="; failed="$$failed $$name"; fi; }; \
@@ -142,7 +144,7 @@ $(TEST_ON): test-on-%:
 	suite node env -C node $$env npm run --silent test:only; \
 	suite java env -C java $$env $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$*; \
 	suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; \
-	$(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
+	$(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) flock $(TEST_LOGS)/.conformance env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
 	  cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS);) \
 	if [ -n "$$failed" ]; then status="FAILED:$$failed"; else status="every suite passed"; fi; \
 	{ flock 9; echo "=== $*: its log ==="; cat $$log; echo "=== $*: $$status in $$((SECONDS - all)) s ==="; } 9>$(TEST_LOGS)/.print; \
