@@ -76,23 +76,81 @@ CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env LOCK_DRIVER="$(DRIVER_$(c))" \
 	    cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS) || exit 1;)
 
-test: build servers python-env node-env java-env ## Run every test: unit tests and model checks, then the integration suite, the Rust client's, the Python, Node and Java suites, and the conformance suite for each client, on each of the four servers
-	cargo build --release --workspace --examples
+# `make test` in three steps. The apt installs first, one after the other
+# (dpkg takes one at a time). Then the builds and downloads side by side
+# (test-builds): cargo compiles every test binary the suites run, while pip,
+# npm, Maven and Go download and build beside it. Then the unit tests and
+# model checks, and the servers' suites, TEST_JOBS servers side by side
+# (test-on-<server>): the suites wait on servers and timers far more than
+# they compute, so two servers at once on 2 cores take little longer than
+# one; four at once starve the timing-sensitive tests of CPU. Each server's
+# output goes to target/test-logs/<server>.log, printed whole when that
+# server ends; while it runs, a line per suite says how it went. A suite that
+# fails says so (`=== <server>: <suite> FAILED ===`), its server's other
+# suites and the other servers still run, and make test fails naming the server.
+# `make test TEST_JOBS=1` runs the servers one after the other.
+TEST_JOBS := 2
+TEST_LOGS := target/test-logs
+
+test: ## Run every test: unit tests and model checks, then on each of the four servers (two at a time) the integration suite, the Rust client's, the Python, Node, Java and Go suites, and the conformance suite for each client
+	@$(MAKE) --no-print-directory test-tools
+	@$(MAKE) --no-print-directory -j5 --output-sync=target test-builds
 	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
-	@for server in $(SERVERS); do \
-	  case $$server in \
-	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
-	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; esac; \
-	  echo "=== $$server: integration, Rust client, Python, Node, Java, conformance ==="; \
-	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release --test integration -- --test-threads=4 || exit 1; \
-	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release -p redislock-client || exit 1; \
-	  (cd python && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CURDIR)/$(PYENV)/bin/pytest tests) || exit 1; \
-	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
-	  $(MAKE) --no-print-directory java-suite SUITE_ENV="$$env" || exit 1; \
-	  $(MAKE) --no-print-directory go-test-on GO_ON="$$env" || exit 1; \
-	  $(CONFORMANCE_RUN) \
-	done
+	@start=$$SECONDS; rm -rf $(TEST_LOGS); mkdir -p $(TEST_LOGS); \
+	$(MAKE) --no-print-directory -k -j$(TEST_JOBS) $(TEST_ON) || { echo "=== make test: a server's suites failed (see its FAILED lines above) ==="; exit 1; }; \
+	echo "=== make test: every server passed; their suites took $$((SECONDS - start)) s, $(TEST_JOBS) servers at a time ==="
+
+# What test-builds needs from apt (Debian's servers, clang, the JDK and
+# Maven, a C compiler for Go's race detector), each a no-op when installed.
+test-tools: deps java-tools go-tools
+
+# Every build and download make test needs, run side by side by `make -j`.
+# The Java class archive is made once the module is built and linked for
+# good (test-cargo), as its warm-up loads the module.
+test-builds: test-cargo servers python-env node-env java-package go-race
+	$(JAVA_CDS)
+
+# The module, the examples (the conformance and partition drivers) and every
+# test binary make test runs, compiled once here so that the servers' suites
+# running side by side find them built and no cargo build touches the module
+# under a running server.
+test-cargo: build
+	cargo build --release --workspace --examples
+	cargo test --release --no-run -p redislock-core
+	cargo test --release --no-run -p redislock-model --tests
+	cargo test --release --no-run --test integration
+	cargo test --release --no-run -p redislock-client
+	cargo test --release --no-run --test conformance
+
+# One server's suites, one after the other, their output into its log.
+# A suite that fails is reported and the next one still runs, so one run
+# shows every failure. The integration suite and each conformance run take
+# turns between the servers (flock): the integration suite's tests measure
+# hand-off delays and costs against each other with four threads of their
+# own, and a conformance run starts eight drivers at once, each given 20 s
+# to answer its first request; a second one of either beside it starves it
+# of CPU most.
+TEST_ON := $(addprefix test-on-,$(SERVERS))
+$(TEST_ON): test-on-%:
+	@mkdir -p $(TEST_LOGS); env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); log=$(TEST_LOGS)/$*.log; all=$$SECONDS; failed=""; \
+	suite() { local name=$$1 start=$$SECONDS; shift; echo "--- $*: $$name ---" >> $$log; \
+	  if "$$@" >> $$log 2>&1; then echo "--- $*: $$name passed in $$((SECONDS - start)) s"; \
+	  else echo "=== $*: $$name FAILED (after $$((SECONDS - start)) s) ==="; failed="$$failed $$name"; fi; }; \
+	echo "=== $*: integration, Rust client, Python, Node, Java, Go, conformance (log: $$log) ==="; \
+	suite integration flock $(TEST_LOGS)/.integration env $$env cargo test --release --test integration -- --test-threads=4; \
+	suite rust-client env $$env cargo test --release -p redislock-client; \
+	suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider tests; \
+	suite node env -C node $$env npm run --silent test:only; \
+	suite java env -C java $$env $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$*; \
+	suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; \
+	$(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) flock $(TEST_LOGS)/.conformance env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
+	  cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS);) \
+	if [ -n "$$failed" ]; then status="FAILED:$$failed"; else status="every suite passed"; fi; \
+	{ flock 9; echo "=== $*: its log ==="; cat $$log; echo "=== $*: $$status in $$((SECONDS - all)) s ==="; } 9>$(TEST_LOGS)/.print; \
+	[ -z "$$failed" ]
+
+.PHONY: test-tools test-builds test-cargo $(TEST_ON)
 
 conformance: build servers python-env node-env java-env ## The client conformance suite for each client in CONFORMANCE_CLIENTS on each of the four servers (~10 s per server with the Rust driver, 20-40 s with Python and Node)
 	cargo build --release -p redislock-client --examples
@@ -243,14 +301,24 @@ java-tools:
 	  echo "installing: $(JAVA_APT)"; $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(JAVA_APT); }
 
-java-env: java-tools ## The Java package (java/): mvn package without tests, and what its conformance driver (java/conformance-driver) starts with: the classpath and a class archive
-	cd java && $(MVN) -q package -DskipTests
-	cd java && LOCK_MODULE=$(CURDIR)/$(MODULE) ./cds-archive.sh
+# The class archive the driver starts from (its warm-up loads the module).
+JAVA_CDS = cd java && LOCK_MODULE=$(CURDIR)/$(MODULE) ./cds-archive.sh
 
-# One run of the Java suite with $(SUITE_ENV) (a server's LOCK_SERVER/LOCK_CLI);
-# `make test` calls it once per server.
+java-env: java-package ## The Java package (java/): mvn package without tests, and what its conformance driver (java/conformance-driver) starts with: the classpath and a class archive
+	$(JAVA_CDS)
+
+# The jar, the compiled tests and target/classpath.txt.
+java-package: java-tools
+	cd java && $(MVN) -q package -DskipTests
+
+# One run of the Java suite with $(SUITE_ENV) (a server's LOCK_SERVER/LOCK_CLI)
+# on what java-env compiled: surefire alone, no compile step writing into
+# java/target, as make test runs it (JAVA_SUITE) on two servers side by
+# side, each naming its reports after its server (SUITE_NAME here).
+SUITE_NAME := suite
+JAVA_SUITE = $(MVN) surefire:test
 java-suite: java-tools
-	cd java && env LOCK_MODULE=$(CURDIR)/$(MODULE) $(SUITE_ENV) $(MVN) test
+	cd java && env LOCK_MODULE=$(CURDIR)/$(MODULE) $(SUITE_ENV) $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$(SUITE_NAME)
 
 java-test: build servers java-env ## The Java package's JUnit suite on each of the four servers
 	@for server in $(SERVERS); do \
@@ -275,7 +343,7 @@ bench-java: build java-tools ## Java locks compared on one server: this client v
 java-lint: java-tools
 	cd java && $(MVN) -q test-compile
 
-.PHONY: java-tools java-env java-suite java-test java-lint bench-java
+.PHONY: java-tools java-env java-package java-suite java-test java-lint bench-java
 
 # The Go module (go/). Go 1.21 or later from PATH or /usr/local/go (the
 # project's machines have it); it fetches the toolchain go.mod asks for
@@ -286,14 +354,22 @@ GO := $(shell for g in go /usr/local/go/bin/go; do \
 GO_DRIVER := target/go/conformance-driver
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-go-env: ## The Go client's toolchain (Go, and a C compiler for the race detector) and its pinned modules
+go-env: go-tools ## The Go client's toolchain (Go, and a C compiler for the race detector) and its pinned modules
+	cd go && GOTOOLCHAIN=auto $(GO) mod download
+
+go-tools:
 	@[ -n "$(GO)" ] || { echo "no Go 1.21 or later on PATH or in /usr/local/go: install Go"; exit 1; }
 	@command -v gcc >/dev/null 2>&1 || command -v clang >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gcc libc6-dev; }
-	cd go && GOTOOLCHAIN=auto $(GO) mod download
 
 go-build: go-env ## The Go client and its conformance driver (target/go/conformance-driver)
 	cd go && GOTOOLCHAIN=auto $(GO) build ./... && GOTOOLCHAIN=auto $(GO) build -o $(CURDIR)/$(GO_DRIVER) ./cmd/conformance-driver
+
+# The Go suite's race-instrumented packages and test binaries, compiled once
+# (run with /bin/true, which runs no test) before make test runs the suite on
+# two servers side by side.
+go-race: go-build
+	cd go && GOTOOLCHAIN=auto $(GO) test -race -count=1 -exec /bin/true ./...
 
 # One server's run of the Go suite; GO_ON is that server's environment.
 go-test-on: go-build
@@ -321,10 +397,9 @@ bench-go: build go-env ## Go locks compared on one server: this client vs redsyn
 # DRIVER_<client> drive it), built before make test's per-server loop.
 CONFORMANCE_CLIENTS += go
 DRIVER_go := $(CURDIR)/$(GO_DRIVER)
-test: go-build
 conformance: go-build
 
-.PHONY: go-env go-build go-test-on go-test go-lint bench-go
+.PHONY: go-env go-tools go-build go-race go-test-on go-test go-lint bench-go
 
 # `make dist`: the tarball a user installs without Rust,
 # $(DIST)/redislock-<version>-<target>.tar.gz, and its .sha256 beside it.
