@@ -34,9 +34,11 @@ fn uuid_text(n: u128) -> String {
     )
 }
 
-/// The owner formats the clients and the usual libraries send: lock `i`'s
-/// owner in each.
-const FORMATS: &[(&str, fn(usize) -> String)] = &[
+/// Lock `i`'s owner in one format.
+type MakeOwner = fn(usize) -> String;
+
+/// The owner formats the clients and the usual libraries send.
+const FORMATS: &[(&str, MakeOwner)] = &[
     // Redisson: the client's UUID and the thread id.
     ("<uuid>:<thread>", |i| {
         format!("{}:{}", uuid_text(random_u128()), 1 + i % 300)
