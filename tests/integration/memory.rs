@@ -13,6 +13,9 @@ use crate::harness::{wait_until, Server};
 const LOCKS: usize = 100_000;
 /// Commands per pipelined batch.
 const BATCH: usize = 1_000;
+/// What `used_memory` moves by between two readings for reasons of its
+/// own, per key (see the test).
+const NOISE: f64 = 0.1;
 /// A lease that outlives the run.
 const TTL: &str = "3600000";
 
@@ -150,11 +153,13 @@ fn a_held_lock_takes_no_more_memory_than_the_set_nx_px_recipe() {
         let owners: Vec<String> = (0..LOCKS).map(make).collect();
         let module = bytes_per_key(&server, &owners, module_acquire);
         let recipe = bytes_per_key(&server, &owners, recipe_acquire);
-        let line = format!("{format:<16} module {module:7.1} B, SET NX PX {recipe:7.1} B");
+        let line = format!("{format:<16} module {module:7.2} B, SET NX PX {recipe:7.2} B");
         println!("{line}");
         // Both sides fill the same tables with the same keys: what differs
-        // is what each value costs.
-        if module > recipe + allowed {
+        // is what each value costs. `used_memory` also counts the server's
+        // own small allocations that come and go between two readings (a few
+        // hundred bytes either way): 0.1 B per key (10 KB) absorbs them.
+        if module > recipe + allowed + NOISE {
             over.push(line.clone());
         }
         report.push(line);
