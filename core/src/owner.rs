@@ -237,7 +237,7 @@ mod tests {
             (HEX32.to_string(), false, Suffix::None),
             (format!("{HEX32}:1"), false, Suffix::Number(1)),
             (format!("{HEX32}:0"), false, Suffix::Number(0)),
-            (format!("{UUID}"), true, Suffix::None),
+            (UUID.to_string(), true, Suffix::None),
             (format!("{UUID}:57"), true, Suffix::Number(57)),
             (
                 format!("{UUID}:{}", u64::MAX),

@@ -13,6 +13,9 @@ use crate::harness::{wait_until, Server};
 const LOCKS: usize = 100_000;
 /// Commands per pipelined batch.
 const BATCH: usize = 1_000;
+/// What `used_memory` moves by between two readings for reasons of its
+/// own, per key (see the test).
+const NOISE: f64 = 0.1;
 /// A lease that outlives the run.
 const TTL: &str = "3600000";
 
@@ -34,9 +37,11 @@ fn uuid_text(n: u128) -> String {
     )
 }
 
-/// The owner formats the clients and the usual libraries send: lock `i`'s
-/// owner in each.
-const FORMATS: &[(&str, fn(usize) -> String)] = &[
+/// Lock `i`'s owner in one format.
+type MakeOwner = fn(usize) -> String;
+
+/// The owner formats the clients and the usual libraries send.
+const FORMATS: &[(&str, MakeOwner)] = &[
     // Redisson: the client's UUID and the thread id.
     ("<uuid>:<thread>", |i| {
         format!("{}:{}", uuid_text(random_u128()), 1 + i % 300)
@@ -148,11 +153,13 @@ fn a_held_lock_takes_no_more_memory_than_the_set_nx_px_recipe() {
         let owners: Vec<String> = (0..LOCKS).map(make).collect();
         let module = bytes_per_key(&server, &owners, module_acquire);
         let recipe = bytes_per_key(&server, &owners, recipe_acquire);
-        let line = format!("{format:<16} module {module:7.1} B, SET NX PX {recipe:7.1} B");
+        let line = format!("{format:<16} module {module:7.2} B, SET NX PX {recipe:7.2} B");
         println!("{line}");
         // Both sides fill the same tables with the same keys: what differs
-        // is what each value costs.
-        if module > recipe + allowed {
+        // is what each value costs. `used_memory` also counts the server's
+        // own small allocations that come and go between two readings (a few
+        // hundred bytes either way): 0.1 B per key (10 KB) absorbs them.
+        if module > recipe + allowed + NOISE {
             over.push(line.clone());
         }
         report.push(line);
@@ -322,10 +329,14 @@ fn every_owner_comes_back_byte_for_byte_through_each_change_and_reload() {
             .expect("release");
         assert_eq!(left, count - 1, "{copy}");
     }
-    // Every original, and every copy not released to nothing.
+    // Every original, and every copy not released to nothing, once the
+    // values a lazy free hands to another thread (`DEBUG RELOAD`'s old
+    // ones, on Valkey 9) are gone.
     let copies_left = expected.iter().filter(|e| e.2 > 1).count();
-    assert_eq!(
-        server.info_int("lock", "lock_held"),
-        (expected.len() + copies_left) as i64
+    let held = (expected.len() + copies_left) as i64;
+    wait_until(
+        &format!("INFO lock counts {held} locks held"),
+        Duration::from_secs(10),
+        || server.info_int("lock", "lock_held") == held,
     );
 }
