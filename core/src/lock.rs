@@ -11,6 +11,11 @@
 //! whose holds are listed ([`crate::holds::Holds`], shared holds) shows its
 //! own, and both are decided by the same functions. The same `Hold` the
 //! master stores is what replicas and the AOF receive.
+//!
+//! The small rules are `#[inline]`: the module crate instantiates the
+//! sequencing that calls them, and the release build has no LTO, so without
+//! it each exclusive command would pay calls across crates that the glue's
+//! own code never did.
 
 use crate::error::LockError;
 
@@ -35,6 +40,7 @@ pub struct Lock<'a> {
 
 impl Lock<'_> {
     /// Whether the lease is still running at `now_ms`.
+    #[inline]
     pub fn is_live(&self, now_ms: u64) -> bool {
         !ended(self.hold.expires_at, now_ms)
     }
@@ -56,6 +62,7 @@ pub struct Seen {
 impl Seen {
     /// An exclusive request's view of a compactly stored exclusive lock
     /// (`None`: no lock in the key).
+    #[inline]
     pub fn exclusive(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Seen {
         let live = current.filter(|lock| lock.is_live(now_ms));
         Seen {
@@ -67,6 +74,7 @@ impl Seen {
 }
 
 /// The caller's hold in a live compact lock.
+#[inline]
 fn own(live: Option<Lock>, owner: &[u8]) -> Option<Hold> {
     live.filter(|lock| lock.owner == owner)
         .map(|lock| lock.hold)
@@ -75,6 +83,7 @@ fn own(live: Option<Lock>, owner: &[u8]) -> Option<Hold> {
 /// `owner`'s live hold in a compactly stored exclusive lock: what the
 /// per-owner commands ([`reenter`], [`release`], [`renew`], [`fence`])
 /// decide on.
+#[inline]
 pub fn own_hold(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Option<Hold> {
     own(current.filter(|lock| lock.is_live(now_ms)), owner)
 }
@@ -145,6 +154,7 @@ pub fn acquire(
 
 /// `LOCK.REENTER` on the caller's live hold `own`: count + 1, lease reset
 /// if `ttl_ms`.
+#[inline]
 pub fn reenter(own: Option<Hold>, ttl_ms: Option<u64>, now_ms: u64) -> Result<Hold, LockError> {
     let hold = own.ok_or(LockError::NotOwner)?;
     Ok(Hold {
@@ -157,6 +167,7 @@ pub fn reenter(own: Option<Hold>, ttl_ms: Option<u64>, now_ms: u64) -> Result<Ho
 /// `LOCK.RELEASE` of the caller's live hold `own`: count − 1 (or to 0 with
 /// `all`). `None`: the caller's hold ended (the lock is free if it was the
 /// last).
+#[inline]
 pub fn release(own: Option<Hold>, all: bool) -> Result<Option<Hold>, LockError> {
     let hold = own.ok_or(LockError::NotOwner)?;
     let count = if all { 0 } else { hold.count - 1 };
@@ -165,6 +176,7 @@ pub fn release(own: Option<Hold>, all: bool) -> Result<Option<Hold>, LockError> 
 
 /// `LOCK.RENEW` of the caller's live hold `own`: the lease becomes `ttl_ms`
 /// from now; count and fence kept.
+#[inline]
 pub fn renew(own: Option<Hold>, ttl_ms: u64, now_ms: u64) -> Result<Hold, LockError> {
     let hold = own.ok_or(LockError::NotOwner)?;
     Ok(Hold {
@@ -176,6 +188,7 @@ pub fn renew(own: Option<Hold>, ttl_ms: u64, now_ms: u64) -> Result<Hold, LockEr
 /// `LOCK.FENCE` on the caller's live hold `own`: the fence becomes
 /// `max(fence, min_fence)`; count and lease kept. (The caller also raises
 /// the server's fence counter to it, so every later fence is higher.)
+#[inline]
 pub fn fence(own: Option<Hold>, min_fence: u64) -> Result<Hold, LockError> {
     let hold = own.ok_or(LockError::NotOwner)?;
     Ok(Hold {
@@ -188,6 +201,7 @@ pub fn fence(own: Option<Hold>, min_fence: u64) -> Result<Hold, LockError> {
 /// taken back, given the grantee's stored hold `own`: only while it is
 /// still exactly that grant. A hold its owner reentered meanwhile (another
 /// connection with the same token was told it holds it) is in use and stays.
+#[inline]
 pub fn revocable(own: Option<Hold>, fence: u64) -> bool {
     own.is_some_and(|hold| hold.fence == fence && hold.count == 1)
 }
@@ -196,6 +210,7 @@ pub fn revocable(own: Option<Hold>, fence: u64) -> bool {
 /// once now is past it, the definition Redis uses to expire a key. The one
 /// definition everywhere, so that whenever the module calls a lock over,
 /// Redis has also expired its key, and the other way round.
+#[inline]
 pub fn ended(until: u64, now_ms: u64) -> bool {
     now_ms > until
 }
