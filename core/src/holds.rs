@@ -1,17 +1,20 @@
 //! Holds of either mode: one exclusive owner, or owners sharing the lock
 //! (a read lock, or the permits of a counting semaphore).
 //!
-//! Pure, time passed in as `now_ms`, like [`crate::lock`]. A lock's holds are
-//! a list, oldest first, each with its own count, fence and lease: a shared
-//! hold released to zero, or whose lease ends, frees that owner's share
-//! only, and the lock is free when its last hold ends. Every decision looks
-//! only at the holds still live at `now_ms`; [`Holds::drop_ended`] removes the
+//! Pure, time passed in as `now_ms`, like [`crate::lock`], whose rules decide
+//! every change here: this file only keeps the holds and shows
+//! [`crate::lock`] the view it decides on ([`Holds::seen`], the caller's own
+//! live hold), then stores the hold it answers. A lock's holds are a list,
+//! oldest first, each with its own count, fence and lease: a shared hold
+//! released to zero, or whose lease ends, frees that owner's share only,
+//! and the lock is free when its last hold ends. Every decision looks only
+//! at the holds still live at `now_ms`; [`Holds::drop_ended`] removes the
 //! others when their lease check runs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::error::LockError;
-use crate::lock::{ended, Barriers, Hold};
+use crate::lock::{self, ended, Acquire, Barriers, Hold, Seen};
 
 /// How a request (or the lock) is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,17 +48,6 @@ pub struct Holder {
     pub hold: Hold,
     /// Unix ms of the grant that began this hold.
     pub since: u64,
-}
-
-/// What `LOCK.ACQUIRE` decided for a request of either mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acquire {
-    /// A new hold with a new fence.
-    Fresh(Hold),
-    /// The caller already held it: count + 1, lease reset, same fence.
-    Reentered(Hold),
-    /// It cannot be granted now (or clients wait ahead of the caller).
-    Busy,
 }
 
 /// A lock's holds: its mode while held, and the holders, oldest first.
@@ -310,31 +302,50 @@ impl Holds {
         issue_fence: impl FnOnce() -> u64,
     ) -> Result<Acquire, LockError> {
         self.check_limit(mode, waiting, now_ms)?;
-        if barriers.quarantined {
-            return Ok(Acquire::Busy);
-        }
-        let expires_at = now_ms.saturating_add(ttl_ms);
-        if let Some(place) = self.live_place(owner, now_ms) {
-            if mode == Mode::Exclusive && self.mode != Mode::Exclusive {
-                return Err(LockError::Upgrade);
+        self.apply(owner, mode, ttl_ms, now_ms, barriers, issue_fence)
+    }
+
+    /// [`lock::acquire`] decided over these holds, and applied: a fresh
+    /// hold begun, a reentry stored. The limit is not checked (see
+    /// [`Holds::acquire`]); the queue's serve asks this for each request
+    /// it reaches.
+    pub fn apply(
+        &mut self,
+        owner: &[u8],
+        mode: Mode,
+        ttl_ms: u64,
+        now_ms: u64,
+        barriers: Barriers,
+        issue_fence: impl FnOnce() -> u64,
+    ) -> Result<Acquire, LockError> {
+        let seen = self.seen(owner, mode, now_ms);
+        let decision = lock::acquire(seen, ttl_ms, now_ms, barriers, issue_fence)?;
+        match decision {
+            Acquire::Fresh(hold) => {
+                self.begin(owner, mode, ttl_ms, now_ms, hold.fence);
             }
-            let hold = self.change(place, |hold| {
-                hold.count = increment(hold.count)?;
-                hold.expires_at = expires_at;
-                Ok(())
-            })?;
-            return Ok(Acquire::Reentered(hold));
+            Acquire::Reentered(hold) => {
+                if let Some(place) = self.live_place(owner, now_ms) {
+                    self.change(place, |stored| {
+                        *stored = hold;
+                        Ok(())
+                    })?;
+                }
+            }
+            Acquire::Busy => {}
         }
-        if barriers.waiters || !self.admits(mode, now_ms) {
-            return Ok(Acquire::Busy);
+        Ok(decision)
+    }
+
+    /// The lock as a request of `owner` in `mode` sees it, for
+    /// [`lock::acquire`].
+    pub fn seen(&self, owner: &[u8], mode: Mode, now_ms: u64) -> Seen {
+        let own = self.of(owner, now_ms).map(|h| h.hold);
+        Seen {
+            own,
+            admits: self.admits(mode, now_ms),
+            upgrade: own.is_some() && mode == Mode::Exclusive && self.mode != Mode::Exclusive,
         }
-        Ok(Acquire::Fresh(self.begin(
-            owner,
-            mode,
-            ttl_ms,
-            now_ms,
-            issue_fence(),
-        )))
     }
 
     /// Begins a fresh hold for `owner` (a grant: the caller checked that the
@@ -378,52 +389,68 @@ impl Holds {
         ttl_ms: Option<u64>,
         now_ms: u64,
     ) -> Result<Hold, LockError> {
-        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
-        self.change(place, |hold| {
-            hold.count = increment(hold.count)?;
-            if let Some(ttl) = ttl_ms {
-                hold.expires_at = now_ms.saturating_add(ttl);
-            }
-            Ok(())
-        })
+        self.decide(owner, now_ms, |own| lock::reenter(own, ttl_ms, now_ms))
     }
 
     /// `LOCK.RELEASE`: the caller's count − 1 (to 0 with `all`). At 0 the
     /// caller's hold ends (the lock is free if it was the last). Returns the
     /// remaining count.
     pub fn release(&mut self, owner: &[u8], all: bool, now_ms: u64) -> Result<u64, LockError> {
-        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
-        let hold = self.change(place, |hold| {
-            hold.count = if all { 0 } else { hold.count - 1 };
-            Ok(())
-        })?;
-        if hold.count == 0 {
-            self.remove(place);
+        let place = self.live_place(owner, now_ms);
+        let own = place.and_then(|p| self.holders.get(&p)).map(|h| h.hold);
+        match (lock::release(own, all)?, place) {
+            (Some(hold), Some(place)) => {
+                self.change(place, |stored| {
+                    *stored = hold;
+                    Ok(())
+                })?;
+                Ok(hold.count)
+            }
+            (None, Some(place)) => {
+                self.remove(place);
+                Ok(0)
+            }
+            (_, None) => Err(LockError::NotOwner),
         }
-        Ok(hold.count)
     }
 
     /// `LOCK.RENEW`: the caller's lease becomes `ttl_ms` from now.
     pub fn renew(&mut self, owner: &[u8], ttl_ms: u64, now_ms: u64) -> Result<Hold, LockError> {
-        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
-        self.change(place, |hold| {
-            hold.expires_at = now_ms.saturating_add(ttl_ms);
-            Ok(())
-        })
+        self.decide(owner, now_ms, |own| lock::renew(own, ttl_ms, now_ms))
     }
 
     /// `LOCK.FENCE`: the caller's fence becomes `max(fence, min_fence)`.
     pub fn fence(&mut self, owner: &[u8], min_fence: u64, now_ms: u64) -> Result<Hold, LockError> {
-        let place = self.live_place(owner, now_ms).ok_or(LockError::NotOwner)?;
-        let before = self.holders.get(&place).map_or(0, |h| h.hold.fence);
-        let hold = self.change(place, |hold| {
-            hold.fence = hold.fence.max(min_fence);
-            Ok(())
-        })?;
+        let before = self.of(owner, now_ms).map_or(0, |h| h.hold.fence);
+        let hold = self.decide(owner, now_ms, |own| lock::fence(own, min_fence))?;
         if hold.fence != before {
             self.changes.raised.push((before, hold.fence));
         }
         Ok(hold)
+    }
+
+    /// Whether a grant to `owner` with `fence` may be taken back
+    /// ([`lock::revocable`]).
+    pub fn revocable(&self, owner: &[u8], fence: u64, now_ms: u64) -> bool {
+        lock::revocable(self.of(owner, now_ms).map(|h| h.hold), fence)
+    }
+
+    /// Decides a change to `owner`'s live hold with one of [`crate::lock`]'s
+    /// rules, and stores the hold it answers.
+    fn decide(
+        &mut self,
+        owner: &[u8],
+        now_ms: u64,
+        rule: impl FnOnce(Option<Hold>) -> Result<Hold, LockError>,
+    ) -> Result<Hold, LockError> {
+        let place = self.live_place(owner, now_ms);
+        let own = place.and_then(|p| self.holders.get(&p)).map(|h| h.hold);
+        let hold = rule(own)?;
+        let place = place.ok_or(LockError::NotOwner)?;
+        self.change(place, |stored| {
+            *stored = hold;
+            Ok(())
+        })
     }
 
     /// Ends every hold at `at` at the latest (a TTL someone set shorter
@@ -520,13 +547,6 @@ impl Holds {
         self.changes.touched(&holder.owner);
         Some(holder)
     }
-}
-
-fn increment(count: u64) -> Result<u64, LockError> {
-    count
-        .checked_add(1)
-        .filter(|&c| c <= crate::limits::MAX_COUNT)
-        .ok_or(LockError::CountOverflow)
 }
 
 #[cfg(test)]

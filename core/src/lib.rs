@@ -11,9 +11,9 @@
 //! | [`args`] | argument vectors → typed requests, every rule of the order of checks |
 //! | [`limits`] | the grammar's limits (`ttl-ms`, owner length, `min-fence` reach) |
 //! | [`error`] | the one error enum and its reply texts |
-//! | [`lock`] | the state machine: acquire, reenter, release, renew, fence, lease end, TTL fixes |
-//! | [`holds`] | holds of either mode: exclusive, or shared by owners up to a limit (read locks, semaphores) |
-//! | [`shared_queue`] | which waiting requests of either mode a lock grants now: from the head, shared ones together up to the limit, an exclusive one alone |
+//! | [`lock`] | the one state machine for every mode: acquire, reenter, release, renew, fence, revocable, decided on a `Copy` view ([`lock::Seen`]); lease end, TTL fixes |
+//! | [`holds`] | a lock's holds listed by owner, of either mode (exclusive, or shared up to a limit): storage whose changes [`lock`] decides |
+//! | [`shared_queue`] | which waiting requests of either mode a lock grants now: from the head, each decided by [`lock::acquire`], shared ones together up to the limit, an exclusive one alone |
 //! | [`fence`] | fencing tokens `max(last + 1, unix_ms × 2^10)` |
 //! | [`queue`] | the FIFO of clients waiting on each lock |
 //! | [`handoff`] | the hand-off engine: who gets a freed lock, timers, pauses, revokes |

@@ -1,10 +1,21 @@
-//! The lock state machine: acquire, reenter, release, renew and lease end.
+//! The lock state machine, for holds of every mode: what `LOCK.ACQUIRE`,
+//! `LOCK.REENTER`, `LOCK.RELEASE`, `LOCK.RENEW` and `LOCK.FENCE` do to one
+//! owner's hold, lease end, TTL fixes.
 //!
-//! Pure: no Redis, time passed in as `now_ms`. The glue shows the core the
-//! lock in a key as a [`Lock`] (owner borrowed from the key, plus the key's
-//! absolute expiry), and the core answers with the [`Hold`] to store — a small
-//! `Copy` value, so deciding allocates nothing. The same `Hold` the master
-//! stores is what replicas and the AOF receive.
+//! Pure: no Redis, time passed in as `now_ms`. Every rule is decided here
+//! once, on a small `Copy` view of the lock as the caller sees it ([`Seen`]:
+//! the caller's own live hold, whether the lock admits a fresh one), and
+//! answers with the [`Hold`] to store — so deciding allocates nothing. Where
+//! that view comes from is storage: an exclusive lock the glue keeps
+//! compactly is shown as a [`Lock`] (owner borrowed from the key), a lock
+//! whose holds are listed ([`crate::holds::Holds`], shared holds) shows its
+//! own, and both are decided by the same functions. The same `Hold` the
+//! master stores is what replicas and the AOF receive.
+//!
+//! The small rules are `#[inline]`: the module crate instantiates the
+//! sequencing that calls them, and the release build has no LTO, so without
+//! it each exclusive command would pay calls across crates that the glue's
+//! own code never did.
 
 use crate::error::LockError;
 
@@ -19,7 +30,8 @@ pub struct Hold {
     pub expires_at: u64,
 }
 
-/// A lock as it is now: who holds it, and the hold.
+/// An exclusive lock as the glue stores it compactly: who holds it, and the
+/// hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lock<'a> {
     pub owner: &'a [u8],
@@ -28,19 +40,62 @@ pub struct Lock<'a> {
 
 impl Lock<'_> {
     /// Whether the lease is still running at `now_ms`.
+    #[inline]
     pub fn is_live(&self, now_ms: u64) -> bool {
         !ended(self.hold.expires_at, now_ms)
     }
 }
 
-/// What `LOCK.ACQUIRE` decided.
+/// The lock as one request sees it: all [`acquire`] decides on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// The caller's own hold, if it runs at `now_ms`.
+    pub own: Option<Hold>,
+    /// Whether a fresh hold in the caller's mode fits beside the live holds
+    /// (queue aside): the lock is free, or shared in that mode below its
+    /// limit.
+    pub admits: bool,
+    /// The caller asks exclusively for a lock it holds shared.
+    pub upgrade: bool,
+}
+
+impl Seen {
+    /// An exclusive request's view of a compactly stored exclusive lock
+    /// (`None`: no lock in the key).
+    #[inline]
+    pub fn exclusive(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Seen {
+        let live = current.filter(|lock| lock.is_live(now_ms));
+        Seen {
+            own: own(live, owner),
+            admits: live.is_none(),
+            upgrade: false,
+        }
+    }
+}
+
+/// The caller's hold in a live compact lock.
+#[inline]
+fn own(live: Option<Lock>, owner: &[u8]) -> Option<Hold> {
+    live.filter(|lock| lock.owner == owner)
+        .map(|lock| lock.hold)
+}
+
+/// `owner`'s live hold in a compactly stored exclusive lock: what the
+/// per-owner commands ([`reenter`], [`release`], [`renew`], [`fence`])
+/// decide on.
+#[inline]
+pub fn own_hold(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Option<Hold> {
+    own(current.filter(|lock| lock.is_live(now_ms)), owner)
+}
+
+/// What `LOCK.ACQUIRE` decided, in any mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquire {
-    /// The lock was free (or its lease had ended): a new hold with a new fence.
+    /// A new hold with a new fence (the lock was free, or shared room).
     Fresh(Hold),
     /// The caller already held it: count + 1, lease reset, same fence.
     Reentered(Hold),
-    /// Someone else holds it.
+    /// It cannot be granted now (or clients wait ahead of the caller).
     Busy,
 }
 
@@ -48,8 +103,8 @@ pub enum Acquire {
 /// busy before the owner check (the glue and the models fill it in).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Barriers {
-    /// Clients wait on this lock. A free lock is theirs, first come first
-    /// served, not the caller's (no barging).
+    /// Clients wait on this lock. A free lock (or shared room) is theirs,
+    /// first come first served, not the caller's (no barging).
     pub waiters: bool,
     /// The node is in quarantine: it begins nothing, not even a reentry.
     /// The hold it shows may be one its owner released on a master that
@@ -66,43 +121,42 @@ impl Barriers {
     };
 }
 
-/// `LOCK.ACQUIRE`: take a free lock, or reenter one the caller holds, unless
-/// a barrier says busy. `issue_fence` is called only for a fresh hold.
+/// `LOCK.ACQUIRE`, in any mode: reenter the caller's own hold (even past
+/// waiters), or begin a fresh one if the lock admits it and nobody waits,
+/// unless quarantined. An owner holding it shared may not upgrade.
+/// `issue_fence` is called only for a fresh hold.
 pub fn acquire(
-    current: Option<Lock>,
-    owner: &[u8],
+    seen: Seen,
     ttl_ms: u64,
     now_ms: u64,
     barriers: Barriers,
     issue_fence: impl FnOnce() -> u64,
 ) -> Result<Acquire, LockError> {
-    let live = current.filter(|lock| lock.is_live(now_ms));
-    if barriers.quarantined || (barriers.waiters && live.is_none()) {
+    if barriers.quarantined {
         return Ok(Acquire::Busy);
     }
-    match live {
+    let expires_at = now_ms.saturating_add(ttl_ms);
+    match seen.own {
+        Some(_) if seen.upgrade => Err(LockError::Upgrade),
+        Some(hold) => Ok(Acquire::Reentered(Hold {
+            count: increment(hold.count)?,
+            expires_at,
+            ..hold
+        })),
+        None if barriers.waiters || !seen.admits => Ok(Acquire::Busy),
         None => Ok(Acquire::Fresh(Hold {
             count: 1,
             fence: issue_fence(),
-            expires_at: now_ms.saturating_add(ttl_ms),
+            expires_at,
         })),
-        Some(lock) if lock.owner == owner => Ok(Acquire::Reentered(Hold {
-            count: increment(lock.hold.count)?,
-            expires_at: now_ms.saturating_add(ttl_ms),
-            ..lock.hold
-        })),
-        Some(_) => Ok(Acquire::Busy),
     }
 }
 
-/// `LOCK.REENTER`: count + 1 for the current owner, lease reset if `ttl_ms`.
-pub fn reenter(
-    current: Option<Lock>,
-    owner: &[u8],
-    ttl_ms: Option<u64>,
-    now_ms: u64,
-) -> Result<Hold, LockError> {
-    let hold = owned(current, owner, now_ms)?;
+/// `LOCK.REENTER` on the caller's live hold `own`: count + 1, lease reset
+/// if `ttl_ms`.
+#[inline]
+pub fn reenter(own: Option<Hold>, ttl_ms: Option<u64>, now_ms: u64) -> Result<Hold, LockError> {
+    let hold = own.ok_or(LockError::NotOwner)?;
     Ok(Hold {
         count: increment(hold.count)?,
         expires_at: ttl_ms.map_or(hold.expires_at, |ttl| now_ms.saturating_add(ttl)),
@@ -110,69 +164,53 @@ pub fn reenter(
     })
 }
 
-/// `LOCK.RELEASE`: count − 1 (or to 0 with `all`). `None`: the lock is free.
-pub fn release(
-    current: Option<Lock>,
-    owner: &[u8],
-    all: bool,
-    now_ms: u64,
-) -> Result<Option<Hold>, LockError> {
-    let hold = owned(current, owner, now_ms)?;
+/// `LOCK.RELEASE` of the caller's live hold `own`: count − 1 (or to 0 with
+/// `all`). `None`: the caller's hold ended (the lock is free if it was the
+/// last).
+#[inline]
+pub fn release(own: Option<Hold>, all: bool) -> Result<Option<Hold>, LockError> {
+    let hold = own.ok_or(LockError::NotOwner)?;
     let count = if all { 0 } else { hold.count - 1 };
     Ok((count > 0).then_some(Hold { count, ..hold }))
 }
 
-/// `LOCK.RENEW`: the lease becomes `ttl_ms` from now; count and fence kept.
-pub fn renew(
-    current: Option<Lock>,
-    owner: &[u8],
-    ttl_ms: u64,
-    now_ms: u64,
-) -> Result<Hold, LockError> {
-    let hold = owned(current, owner, now_ms)?;
+/// `LOCK.RENEW` of the caller's live hold `own`: the lease becomes `ttl_ms`
+/// from now; count and fence kept.
+#[inline]
+pub fn renew(own: Option<Hold>, ttl_ms: u64, now_ms: u64) -> Result<Hold, LockError> {
+    let hold = own.ok_or(LockError::NotOwner)?;
     Ok(Hold {
         expires_at: now_ms.saturating_add(ttl_ms),
         ..hold
     })
 }
 
-/// `LOCK.FENCE`: the hold's fence becomes `max(fence, min_fence)`; count
-/// and lease kept. (The glue also raises the server's fence counter to it,
-/// so every later fence is higher.)
-pub fn fence(
-    current: Option<Lock>,
-    owner: &[u8],
-    min_fence: u64,
-    now_ms: u64,
-) -> Result<Hold, LockError> {
-    let hold = owned(current, owner, now_ms)?;
+/// `LOCK.FENCE` on the caller's live hold `own`: the fence becomes
+/// `max(fence, min_fence)`; count and lease kept. (The caller also raises
+/// the server's fence counter to it, so every later fence is higher.)
+#[inline]
+pub fn fence(own: Option<Hold>, min_fence: u64) -> Result<Hold, LockError> {
+    let hold = own.ok_or(LockError::NotOwner)?;
     Ok(Hold {
         fence: hold.fence.max(min_fence),
         ..hold
     })
 }
 
-/// The hold, if `owner` has it now; `NOTOWNER` otherwise.
-fn owned(current: Option<Lock>, owner: &[u8], now_ms: u64) -> Result<Hold, LockError> {
-    current
-        .filter(|lock| lock.owner == owner && lock.is_live(now_ms))
-        .map(|lock| lock.hold)
-        .ok_or(LockError::NotOwner)
-}
-
-/// Whether a grant (to `owner`, with `fence`) whose client never got the
-/// reply may be taken back: only while the lock is still exactly that
-/// grant. A hold its owner reentered meanwhile (another connection with the
-/// same token was told it holds it) is in use and stays.
-pub fn revocable(current: Option<Lock>, owner: &[u8], fence: u64) -> bool {
-    current
-        .is_some_and(|lock| lock.owner == owner && lock.hold.fence == fence && lock.hold.count == 1)
+/// Whether a grant with `fence` whose client never got the reply may be
+/// taken back, given the grantee's stored hold `own`: only while it is
+/// still exactly that grant. A hold its owner reentered meanwhile (another
+/// connection with the same token was told it holds it) is in use and stays.
+#[inline]
+pub fn revocable(own: Option<Hold>, fence: u64) -> bool {
+    own.is_some_and(|hold| hold.fence == fence && hold.count == 1)
 }
 
 /// Whether a hold (or a key) whose time is `until` has ended at `now_ms`:
 /// once now is past it, the definition Redis uses to expire a key. The one
 /// definition everywhere, so that whenever the module calls a lock over,
 /// Redis has also expired its key, and the other way round.
+#[inline]
 pub fn ended(until: u64, now_ms: u64) -> bool {
     now_ms > until
 }
@@ -250,13 +288,31 @@ mod tests {
         })
     }
 
+    /// An exclusive request on a compactly stored lock.
+    fn acq(
+        current: Option<Lock>,
+        owner: &[u8],
+        ttl_ms: u64,
+        now_ms: u64,
+        barriers: Barriers,
+        issue_fence: impl FnOnce() -> u64,
+    ) -> Result<Acquire, LockError> {
+        acquire(
+            Seen::exclusive(current, owner, now_ms),
+            ttl_ms,
+            now_ms,
+            barriers,
+            issue_fence,
+        )
+    }
+
     fn no_fence() -> u64 {
         panic!("a reentry or a refusal must not issue a fence")
     }
 
     #[test]
     fn acquire_free_lock_issues_a_fence_and_a_lease() {
-        let got = acquire(None, b"a", 500, NOW, Barriers::NONE, || 9).unwrap();
+        let got = acq(None, b"a", 500, NOW, Barriers::NONE, || 9).unwrap();
         assert_eq!(
             got,
             Acquire::Fresh(Hold {
@@ -269,7 +325,7 @@ mod tests {
 
     #[test]
     fn acquire_after_lease_end_is_fresh() {
-        let got = acquire(lock("a", 3, NOW - 1), b"b", 10, NOW, Barriers::NONE, || 10).unwrap();
+        let got = acq(lock("a", 3, NOW - 1), b"b", 10, NOW, Barriers::NONE, || 10).unwrap();
         assert_eq!(
             got,
             Acquire::Fresh(Hold {
@@ -282,7 +338,7 @@ mod tests {
 
     #[test]
     fn acquire_by_holder_reenters_with_same_fence_and_new_lease() {
-        let got = acquire(
+        let got = acq(
             lock("a", 2, NOW + 5),
             b"a",
             1_000,
@@ -322,7 +378,7 @@ mod tests {
             (None, Barriers::NONE, fresh),
         ];
         for (current, barriers, want) in cases {
-            let got = acquire(current, b"a", 10, NOW, barriers, || 5);
+            let got = acq(current, b"a", 10, NOW, barriers, || 5);
             assert_eq!(got, Ok(want), "{current:?} {barriers:?}");
         }
     }
@@ -330,7 +386,7 @@ mod tests {
     #[test]
     fn acquire_by_other_owner_is_busy() {
         assert_eq!(
-            acquire(
+            acq(
                 lock("a", 1, NOW + 5),
                 b"b",
                 10,
@@ -346,11 +402,11 @@ mod tests {
     fn owners_compare_as_bytes() {
         let cur = lock("a", 1, NOW + 5);
         assert_eq!(
-            acquire(cur, b"A", 10, NOW, Barriers::NONE, no_fence),
+            acq(cur, b"A", 10, NOW, Barriers::NONE, no_fence),
             Ok(Acquire::Busy)
         );
         assert_eq!(
-            acquire(cur, b"a\0", 10, NOW, Barriers::NONE, no_fence),
+            acq(cur, b"a\0", 10, NOW, Barriers::NONE, no_fence),
             Ok(Acquire::Busy)
         );
     }
@@ -358,34 +414,46 @@ mod tests {
     #[test]
     fn reenter_counts_up_and_optionally_resets_the_lease() {
         let cur = lock("a", 1, NOW + 5);
-        assert_eq!(reenter(cur, b"a", None, NOW), Ok(hold(2, NOW + 5)));
-        assert_eq!(reenter(cur, b"a", Some(90), NOW), Ok(hold(2, NOW + 90)));
+        assert_eq!(
+            reenter(own_hold(cur, b"a", NOW), None, NOW),
+            Ok(hold(2, NOW + 5))
+        );
+        assert_eq!(
+            reenter(own_hold(cur, b"a", NOW), Some(90), NOW),
+            Ok(hold(2, NOW + 90))
+        );
     }
 
     #[test]
     fn reenter_never_acquires() {
-        assert_eq!(reenter(None, b"a", None, NOW), Err(LockError::NotOwner));
         assert_eq!(
-            reenter(lock("a", 1, NOW - 1), b"a", Some(5), NOW),
+            reenter(own_hold(None, b"a", NOW), None, NOW),
             Err(LockError::NotOwner)
         );
         assert_eq!(
-            reenter(lock("b", 1, NOW + 5), b"a", None, NOW),
+            reenter(own_hold(lock("a", 1, NOW - 1), b"a", NOW), Some(5), NOW),
+            Err(LockError::NotOwner)
+        );
+        assert_eq!(
+            reenter(own_hold(lock("b", 1, NOW + 5), b"a", NOW), None, NOW),
             Err(LockError::NotOwner)
         );
     }
 
     #[test]
     fn release_counts_down_to_free() {
-        let once = release(lock("a", 2, NOW + 5), b"a", false, NOW).unwrap();
+        let once = release(own_hold(lock("a", 2, NOW + 5), b"a", NOW), false).unwrap();
         assert_eq!(once, Some(hold(1, NOW + 5)));
         let again = once.map(|hold| Lock { owner: b"a", hold });
-        assert_eq!(release(again, b"a", false, NOW), Ok(None));
+        assert_eq!(release(own_hold(again, b"a", NOW), false), Ok(None));
     }
 
     #[test]
     fn release_all_frees_at_once() {
-        assert_eq!(release(lock("a", 3, NOW + 5), b"a", true, NOW), Ok(None));
+        assert_eq!(
+            release(own_hold(lock("a", 3, NOW + 5), b"a", NOW), true),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -398,19 +466,27 @@ mod tests {
         ];
         for (cur, case) in table {
             assert_eq!(
-                release(cur, b"a", false, NOW),
+                release(own_hold(cur, b"a", NOW), false),
                 Err(LockError::NotOwner),
                 "{case}"
             );
             assert_eq!(
-                release(cur, b"a", true, NOW),
+                release(own_hold(cur, b"a", NOW), true),
                 Err(LockError::NotOwner),
                 "{case}"
             );
-            assert_eq!(renew(cur, b"a", 5, NOW), Err(LockError::NotOwner), "{case}");
-            assert_eq!(fence(cur, b"a", 5, NOW), Err(LockError::NotOwner), "{case}");
             assert_eq!(
-                reenter(cur, b"a", None, NOW),
+                renew(own_hold(cur, b"a", NOW), 5, NOW),
+                Err(LockError::NotOwner),
+                "{case}"
+            );
+            assert_eq!(
+                fence(own_hold(cur, b"a", NOW), 5),
+                Err(LockError::NotOwner),
+                "{case}"
+            );
+            assert_eq!(
+                reenter(own_hold(cur, b"a", NOW), None, NOW),
                 Err(LockError::NotOwner),
                 "{case}"
             );
@@ -420,7 +496,7 @@ mod tests {
     #[test]
     fn renew_moves_only_the_lease() {
         assert_eq!(
-            renew(lock("a", 4, NOW + 5), b"a", 60_000, NOW),
+            renew(own_hold(lock("a", 4, NOW + 5), b"a", NOW), 60_000, NOW),
             Ok(hold(4, NOW + 60_000))
         );
     }
@@ -436,7 +512,7 @@ mod tests {
             (1 << 50, 1 << 50),
         ] {
             assert_eq!(
-                fence(cur, b"a", min_fence, NOW),
+                fence(own_hold(cur, b"a", NOW), min_fence),
                 Ok(Hold {
                     fence: want,
                     ..hold(3, NOW + 5)
@@ -449,9 +525,12 @@ mod tests {
     #[test]
     fn count_never_wraps() {
         let cur = lock("a", crate::limits::MAX_COUNT, NOW + 5);
-        assert_eq!(reenter(cur, b"a", None, NOW), Err(LockError::CountOverflow));
         assert_eq!(
-            acquire(cur, b"a", 5, NOW, Barriers::NONE, no_fence),
+            reenter(own_hold(cur, b"a", NOW), None, NOW),
+            Err(LockError::CountOverflow)
+        );
+        assert_eq!(
+            acq(cur, b"a", 5, NOW, Barriers::NONE, no_fence),
             Err(LockError::CountOverflow)
         );
     }
@@ -465,9 +544,16 @@ mod tests {
             (None, false),
         ];
         for (current, want) in table {
-            assert_eq!(revocable(current, b"a", FENCE), want, "{current:?}");
+            assert_eq!(
+                revocable(own_hold(current, b"a", NOW), FENCE),
+                want,
+                "{current:?}"
+            );
         }
-        assert!(!revocable(lock("a", 1, NOW + 5), b"a", FENCE + 1)); // a later hold
+        assert!(!revocable(
+            own_hold(lock("a", 1, NOW + 5), b"a", NOW),
+            FENCE + 1
+        )); // a later hold
     }
 
     #[test]
@@ -507,7 +593,7 @@ mod tests {
 
     #[test]
     fn lease_end_saturates() {
-        let got = acquire(None, b"a", 10, u64::MAX - 1, Barriers::NONE, || 1).unwrap();
+        let got = acq(None, b"a", 10, u64::MAX - 1, Barriers::NONE, || 1).unwrap();
         assert_eq!(
             got,
             Acquire::Fresh(Hold {

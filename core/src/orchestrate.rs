@@ -17,8 +17,8 @@ use crate::error::LockError;
 use crate::handoff::{
     self, Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter,
 };
-use crate::holds::{self, Holds, Mode};
-use crate::lock::{self, Acquire, Barriers, Hold, Lock, TtlFix};
+use crate::holds::{Holds, Mode};
+use crate::lock::{self, Acquire, Barriers, Hold, Lock, Seen, TtlFix};
 use crate::queue::LockName;
 use crate::shared_queue::{self, Answer, Request};
 use crate::stats;
@@ -266,9 +266,8 @@ pub fn acquire<H: Host>(
         quarantined: host.quarantined(),
     };
     let had_value = current.is_some();
-    let decision = lock::acquire(current, owner, ttl_ms, now, barriers, || {
-        host.issue_fence(now)
-    })?;
+    let seen = Seen::exclusive(current, owner, now);
+    let decision = lock::acquire(seen, ttl_ms, now, barriers, || host.issue_fence(now))?;
     match decision {
         Acquire::Fresh(hold) => {
             if had_value {
@@ -337,7 +336,7 @@ fn acquire_shared<H: Host>(
         }
     };
     match decision {
-        holds::Acquire::Fresh(hold) => {
+        Acquire::Fresh(hold) => {
             holds.drop_ended(now);
             let ends = shared_hold_ends(&holds);
             host.write_holds(&mut key, holds, Event::Acquire);
@@ -346,7 +345,7 @@ fn acquire_shared<H: Host>(
             check_hold_end(host, target, waiting.as_ref(), ends, now);
             Ok(Acquired::Held(hold))
         }
-        holds::Acquire::Reentered(hold) => {
+        Acquire::Reentered(hold) => {
             holds.drop_ended(now);
             let earliest = holds.earliest_lease();
             let ends = shared_hold_ends(&holds);
@@ -360,7 +359,7 @@ fn acquire_shared<H: Host>(
             check_hold_end(host, target, waiting.as_ref(), ends, now);
             Ok(Acquired::Held(hold))
         }
-        holds::Acquire::Busy => {
+        Acquire::Busy => {
             let earliest = holds.earliest_live_lease(now);
             host.write_holds(&mut key, holds, Event::Acquire);
             busy(
@@ -480,7 +479,7 @@ pub fn reenter<H: Host>(
         return Ok(hold);
     }
     let now = host.key_now(&key);
-    let hold = lock::reenter(host.current(&key)?, owner, ttl_ms, now)?;
+    let hold = lock::reenter(lock::own_hold(host.current(&key)?, owner, now), ttl_ms, now)?;
     let lease = if ttl_ms.is_some() {
         Lease::Moved
     } else {
@@ -509,7 +508,7 @@ pub fn renew<H: Host>(
         return Ok(hold);
     }
     let now = host.key_now(&key);
-    let hold = lock::renew(host.current(&key)?, owner, ttl_ms, now)?;
+    let hold = lock::renew(lock::own_hold(host.current(&key)?, owner, now), ttl_ms, now)?;
     host.write(&mut key, owner, hold, Lease::Moved, Event::Renew);
     stats::RENEWED.incr();
     owner_active(host, target, owner);
@@ -544,7 +543,7 @@ pub fn fence<H: Host>(
         let now = host.key_now(&key);
         let current = host.current(&key)?;
         let from = current.map_or(0, |lock| lock.hold.fence);
-        let hold = lock::fence(current, owner, min_fence, now)?;
+        let hold = lock::fence(lock::own_hold(current, owner, now), min_fence)?;
         host.write(&mut key, owner, hold, Lease::Kept, Event::Fence);
         drop(key);
         owner_active(host, target, owner);
@@ -590,7 +589,7 @@ fn release_counted<H: Host>(
         return Ok(left);
     }
     let now = host.key_now(&key);
-    let remaining = lock::release(host.current(&key)?, owner, all, now)?;
+    let remaining = lock::release(lock::own_hold(host.current(&key)?, owner, now), all)?;
     counter.incr();
     owner_active(host, target, owner);
     match remaining {
@@ -1045,8 +1044,15 @@ fn revoke<H: Host>(host: &mut H, grant: &InFlight) {
     if host.is_shared(&key) {
         return revoke_shared(host, key, grant);
     }
-    let current = host.current(&key).ok().flatten();
-    if lock::revocable(current, &grant.owner, grant.fence) {
+    // The grantee's stored hold, live or not (a grant whose lease ended
+    // meanwhile goes as well).
+    let stored = host
+        .current(&key)
+        .ok()
+        .flatten()
+        .filter(|lock| lock.owner == grant.owner.as_slice())
+        .map(|lock| lock.hold);
+    if lock::revocable(stored, grant.fence) {
         delete_and_serve(host, key, &grant.name);
     }
 }
@@ -1058,10 +1064,9 @@ fn revoke_shared<H: Host>(host: &mut H, mut key: H::Key, grant: &InFlight) {
     let Ok(Some(mut holds)) = host.take_holds(&mut key) else {
         return;
     };
-    let untouched = holds
-        .of(&grant.owner, now)
-        .is_some_and(|h| h.hold.fence == grant.fence && h.hold.count == 1);
-    if !untouched || holds.release(&grant.owner, true, now).is_err() {
+    if !holds.revocable(&grant.owner, grant.fence, now)
+        || holds.release(&grant.owner, true, now).is_err()
+    {
         return host.write_holds(&mut key, holds, Event::Release);
     }
     holds.drop_ended(now);

@@ -18,7 +18,7 @@
 
 use crate::error::LockError;
 use crate::holds::{Holds, Mode};
-use crate::lock::Hold;
+use crate::lock::{Acquire, Barriers, Hold};
 
 /// A request waiting on the lock, as the queue rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,18 +71,22 @@ pub fn serve<'a, Id>(
 ) -> Vec<Served<Id>> {
     let mut served = Vec::new();
     for request in waiting {
-        let answer = if holds.of(request.owner, now_ms).is_some() {
-            reentry(holds, &request, now_ms)
-        } else if holds.admits(request.mode, now_ms) {
-            Answer::Fresh(holds.begin(
-                request.owner,
-                request.mode,
-                request.ttl_ms,
-                now_ms,
-                issue_fence(),
-            ))
-        } else {
-            break;
+        // Decided as `LOCK.ACQUIRE` decides it had the request come now,
+        // with nobody ahead: the queue is what was ahead.
+        let decision = holds.apply(
+            request.owner,
+            request.mode,
+            request.ttl_ms,
+            now_ms,
+            Barriers::NONE,
+            &mut issue_fence,
+        );
+        let answer = match decision {
+            Ok(Acquire::Fresh(hold)) => Answer::Fresh(hold),
+            Ok(Acquire::Reentered(hold)) => Answer::Reentered(hold),
+            Err(error) => Answer::Refused(error),
+            Ok(Acquire::Busy) if planted::serves_past(request.mode) => continue,
+            Ok(Acquire::Busy) => break,
         };
         served.push(Served {
             id: request.id,
@@ -90,6 +94,34 @@ pub fn serve<'a, Id>(
         });
     }
     served
+}
+
+/// A flaw the model checks plant in [`serve`] to show they catch it: with
+/// the `planted-flaw` feature (which only the model's tests turn on) and
+/// its switch set, a busy exclusive request at the head no longer stops the
+/// serve, so shared requests behind it are granted past it. Without the
+/// feature the check is a constant `false`.
+pub mod planted {
+    use crate::holds::Mode;
+
+    #[cfg(feature = "planted-flaw")]
+    pub static SERVE_PAST_A_WRITER: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// Whether the serve goes on past a busy request in `mode`.
+    #[inline(always)]
+    pub(crate) fn serves_past(mode: Mode) -> bool {
+        #[cfg(feature = "planted-flaw")]
+        {
+            mode == Mode::Exclusive
+                && SERVE_PAST_A_WRITER.load(std::sync::atomic::Ordering::Relaxed)
+        }
+        #[cfg(not(feature = "planted-flaw"))]
+        {
+            let _ = mode;
+            false
+        }
+    }
 }
 
 /// The mode of the first shared request waiting, if any: the limit a new
@@ -102,19 +134,6 @@ pub fn waiting_shared_mode<'a, Id: 'a>(
         .into_iter()
         .map(|request| request.mode)
         .find(|mode| matches!(mode, Mode::Shared { .. }))
-}
-
-/// A request whose owner already holds the lock, decided as
-/// [`Holds::acquire`] decides one: a writer may read, a reader may not
-/// upgrade.
-fn reentry<Id>(holds: &mut Holds, request: &Request<'_, Id>, now_ms: u64) -> Answer {
-    if request.mode == Mode::Exclusive && holds.mode() != Mode::Exclusive {
-        return Answer::Refused(LockError::Upgrade);
-    }
-    match holds.reenter(request.owner, Some(request.ttl_ms), now_ms) {
-        Ok(hold) => Answer::Reentered(hold),
-        Err(error) => Answer::Refused(error),
-    }
 }
 
 #[cfg(test)]
@@ -390,7 +409,6 @@ mod tests {
 
     #[test]
     fn another_limit_is_refused_when_asked_so_the_queue_never_holds_two() {
-        use crate::lock::Barriers;
         let waiters = Barriers {
             waiters: true,
             ..Barriers::NONE
@@ -407,7 +425,7 @@ mod tests {
             let want = if refused {
                 Err(LockError::LimitMismatch)
             } else {
-                Ok(crate::holds::Acquire::Busy)
+                Ok(crate::lock::Acquire::Busy)
             };
             assert_eq!(got, want, "{mode:?}");
             assert_eq!(holds, before, "{mode:?} changes nothing");

@@ -18,7 +18,7 @@
 //! counterexample (a hold the promoted replica never received).
 
 use redislock_core::fence;
-use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock};
+use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock, Seen};
 use redislock_core::quarantine::{Cause, Mode, Quarantine};
 use stateright::{Model, Property};
 
@@ -168,9 +168,8 @@ impl State {
             quarantined: (free || blocks_reentry) && self.master.quarantine.remaining(now) > 0,
         };
         let last = self.master.last_fence;
-        let decision = lock::acquire(current, OWNERS[client], ttl, now, barriers, || {
-            fence::next(last, now)
-        });
+        let seen = Seen::exclusive(current, OWNERS[client], now);
+        let decision = lock::acquire(seen, ttl, now, barriers, || fence::next(last, now));
         match decision {
             Ok(Acquire::Fresh(hold)) | Ok(Acquire::Reentered(hold)) => {
                 self.master.last_fence = self.master.last_fence.max(hold.fence);
@@ -182,7 +181,8 @@ impl State {
     }
 
     fn renew(&mut self, client: usize, ttl: u64) {
-        match lock::renew(self.current(), OWNERS[client], ttl, self.now) {
+        let own = lock::own_hold(self.current(), OWNERS[client], self.now);
+        match lock::renew(own, ttl, self.now) {
             Ok(hold) => {
                 self.store(Some((client as u8, hold)));
                 self.beliefs[client] = Some(hold.expires_at);
@@ -192,7 +192,8 @@ impl State {
     }
 
     fn release(&mut self, client: usize) {
-        match lock::release(self.current(), OWNERS[client], true, self.now) {
+        let own = lock::own_hold(self.current(), OWNERS[client], self.now);
+        match lock::release(own, true) {
             Ok(None) => self.store(None),
             Ok(Some(hold)) => self.store(Some((client as u8, hold))),
             Err(_) => {}

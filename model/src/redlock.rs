@@ -20,7 +20,7 @@
 use std::fmt;
 
 use redislock_core::fence;
-use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock};
+use redislock_core::lock::{self, Acquire, Barriers, Hold, Lock, Seen};
 use stateright::{Model, Property};
 
 use crate::Fence;
@@ -197,9 +197,8 @@ impl State {
         let last = self.servers[server].last_fence;
         let current = self.current(server);
         let barriers = Barriers::NONE; // no waiters, no quarantine in this model
-        match lock::acquire(current, OWNERS[client], ttl, now, barriers, || {
-            fence::next(last, now)
-        }) {
+        let seen = Seen::exclusive(current, OWNERS[client], now);
+        match lock::acquire(seen, ttl, now, barriers, || fence::next(last, now)) {
             Ok(Acquire::Fresh(hold)) | Ok(Acquire::Reentered(hold)) => {
                 let s = &mut self.servers[server];
                 s.last_fence = s.last_fence.max(hold.fence);
@@ -216,8 +215,8 @@ impl State {
         if !self.servers[server].up {
             return Answer::No;
         }
-        let Ok(hold) = lock::fence(self.current(server), OWNERS[client], min_fence, self.now)
-        else {
+        let own = lock::own_hold(self.current(server), OWNERS[client], self.now);
+        let Ok(hold) = lock::fence(own, min_fence) else {
             return Answer::No;
         };
         let s = &mut self.servers[server];
@@ -233,7 +232,8 @@ impl State {
             if !self.servers[server].up {
                 continue;
             }
-            if let Ok(None) = lock::release(self.current(server), OWNERS[client], true, now) {
+            let own = lock::own_hold(self.current(server), OWNERS[client], now);
+            if let Ok(None) = lock::release(own, true) {
                 self.servers[server].key = None;
             }
         }

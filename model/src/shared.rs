@@ -24,8 +24,8 @@ use std::fmt;
 
 use redislock_core::error::LockError;
 use redislock_core::fence;
-use redislock_core::holds::{Acquire, Holds, Mode};
-use redislock_core::lock::{self, Barriers};
+use redislock_core::holds::{Holds, Mode};
+use redislock_core::lock::{self, Acquire, Barriers};
 use redislock_core::shared_queue::{self, Answer, Request};
 use stateright::{Model, Property};
 

@@ -1,6 +1,7 @@
 //! What a shared lock's events cost does not grow with the clients waiting
 //! on it nor with the owners sharing it: a hand-off and a refused try cost
-//! the same behind 300 or 3,000 waiters, a reader's acquire, renewal and
+//! the same behind 300 or 3,000 waiters, so does a waiter leaving the head of
+//! the queue (which serves it again), a reader's acquire, renewal and
 //! release the same beside 50 or 2,000 readers, and replicas receive that
 //! one change, not the holder list. Each cost test measures two sizes in one run, by the server's own
 //! count of the time spent in a command (`INFO commandstats`), and compares
@@ -124,6 +125,97 @@ fn a_shared_hand_off_costs_the_same_behind_300_or_3000_waiters() {
         150,
         || small.hand_off(&server, &mut admin.borrow_mut()),
         || large.hand_off(&server, &mut admin.borrow_mut()),
+    );
+}
+
+/// A `SHARED LIMIT 1` lock held by one owner with `n` permit requests
+/// waiting, each on its own connection, oldest first with its client id.
+struct Queue {
+    key: String,
+    owner: usize,
+    waiters: std::collections::VecDeque<(i64, redis::Connection)>,
+}
+
+impl Queue {
+    fn new(server: &Server, admin: &mut redis::Connection, n: usize) -> Queue {
+        let key = format!("leave{n}");
+        let long = LONG.to_string();
+        admin
+            .call(&[
+                "LOCK.ACQUIRE",
+                &key,
+                "holder",
+                &long,
+                "SHARED",
+                "LIMIT",
+                "1",
+            ])
+            .expect("the permit");
+        let mut queue = Queue {
+            key,
+            owner: 0,
+            waiters: std::collections::VecDeque::new(),
+        };
+        for _ in 0..n {
+            queue.join(server);
+        }
+        wait_until(
+            &format!("{n} wait on {}", queue.key),
+            std::time::Duration::from_secs(60),
+            || server.lock_info(&queue.key).map_or(0, |info| info.waiters) == n as i64,
+        );
+        queue
+    }
+
+    /// A new permit request joins at the back.
+    fn join(&mut self, server: &Server) {
+        let mut conn = server.conn();
+        let id = conn.int(&["CLIENT", "ID"]);
+        let owner = format!("{}:w{}", self.key, self.owner);
+        self.owner += 1;
+        let long = LONG.to_string();
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(&[self.key.as_str(), &owner, &long])
+            .arg(&["SHARED", "LIMIT", "1", "WAIT", "0"]);
+        conn.send_packed_command(&cmd.get_packed_command())
+            .expect("send the wait");
+        self.waiters.push_back((id, conn));
+    }
+
+    /// The first in line leaves (its connection is killed, so the queue is
+    /// served again at once, inside `CLIENT KILL`): its cost. Then another
+    /// request joins at the back, so the queue keeps its length.
+    fn head_leaves(&mut self, server: &Server, admin: &mut redis::Connection) -> i64 {
+        let (id, _conn) = self.waiters.pop_front().expect("a waiter");
+        let before = usec(admin, "client|kill");
+        assert_eq!(admin.int(&["CLIENT", "KILL", "ID", &id.to_string()]), 1);
+        let cost = usec(admin, "client|kill") - before;
+        let n = self.waiters.len() as i64;
+        self.join(server);
+        wait_until(
+            "the new request waits",
+            std::time::Duration::from_secs(60),
+            || server.lock_info(&self.key).map_or(0, |info| info.waiters) == n + 1,
+        );
+        cost
+    }
+}
+
+/// A waiter leaving the head of a shared queue serves the queue again
+/// (the requests behind it may be let in now): that costs what it reads,
+/// not the queue's length.
+#[test]
+fn a_waiter_leaving_the_head_costs_the_same_before_300_or_3000_waiters() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut small = Queue::new(&server, &mut admin, 300);
+    let mut large = Queue::new(&server, &mut admin, 3_000);
+    let admin = std::cell::RefCell::new(admin);
+    compare(
+        "the head waiter leaving, before 300 vs 3,000 waiters",
+        100,
+        || small.head_leaves(&server, &mut admin.borrow_mut()),
+        || large.head_leaves(&server, &mut admin.borrow_mut()),
     );
 }
 
