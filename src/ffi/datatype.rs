@@ -26,8 +26,8 @@ use redislock_core::args::MAX_OWNER_LEN;
 use redislock_core::holds::{Holder, Holds, Mode};
 use redislock_core::limits::MAX_COUNT;
 use redislock_core::lock::Hold;
-use redislock_core::{fence, stats};
 use redislock_core::owner::{Packed, Suffix, Text, MAX_ENCODED};
+use redislock_core::{fence, stats};
 
 /// The RDB encoding of a lock value. Version history (every one must stay
 /// loadable: see [`rdb_load`]; `tests/fixtures/v1-locks.rdb` is a version 1
