@@ -410,6 +410,12 @@ fn every_way_a_hold_ends_counts_once_and_only_holds_granted_here_count() {
     c.acquire("x", "xavier", LONG).expect("free");
     c.wait_replicas(1);
     let _: () = c.value(&["FLUSHALL"]);
+    // Valkey 8 and later flush asynchronously by default
+    // (`lazyfree-lazy-user-flush yes`): the values are freed, and their holds
+    // end, on the lazy-free thread, soon after the reply.
+    wait_until("the flushed holds end", Duration::from_secs(5), || {
+        ended(&server) >= 8
+    });
     assert_eq!(ended(&server), 8);
     assert!(latency(&server, "hold_usec").0 > 0.0);
 

@@ -61,6 +61,9 @@ const SOON: Duration = Duration::from_secs(10);
 const GRACE: Duration = Duration::from_secs(20);
 const LIMIT: usize = 3;
 
+/// How many times [`Crew::stop_past_lease`] tries to stop a holder mid-hold.
+const STOP_TRIES: usize = 40;
+
 fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
         .args([format!("-{name}"), pid.to_string()])
@@ -230,7 +233,10 @@ impl Crew {
     /// higher fence (what its late operations must lose to), then
     /// `SIGCONT`s it. Returns its owner.
     fn stop_past_lease(&mut self, c: &mut Connection, keys: &Keys, role: Role) -> String {
-        for _ in 0..5 {
+        // A worker holds for a few tens of ms, and `kill` is a process of its
+        // own: on a busy machine the stop often lands just after a release
+        // was sent. A miss costs little, so try many times.
+        for _ in 0..STOP_TRIES {
             let (owner, fence) = self.holder(c, keys.lock, role);
             let pid = self.live(&owner).child.id();
             signal(pid, "STOP");
@@ -241,7 +247,10 @@ impl Crew {
             }
             signal(pid, "CONT");
         }
-        panic!("no {} was stopped while holding in five tries", role.name());
+        panic!(
+            "no {} was stopped while holding in {STOP_TRIES} tries",
+            role.name()
+        );
     }
 
     /// Whether `owner`'s hold, its process stopped, ends with its lease: a
