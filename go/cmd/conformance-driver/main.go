@@ -282,36 +282,14 @@ func (d *driver) acquire(c *redislock.Client, a map[string]string) string {
 	}
 	switch kind := a["kind"]; kind {
 	case "", "lock":
-		var h *redislock.Handle
-		if obj != "" {
-			d.mu.Lock()
-			h, _ = d.objs[obj].(*redislock.Handle)
-			if h == nil {
-				h = c.Handle(key)
-				d.objs[obj] = h
-			}
-			d.mu.Unlock()
-		} else {
-			h = c.Handle(key)
-		}
+		h := named(d, obj, func() *redislock.Handle { return c.Handle(key) })
 		if wait {
 			l, err = h.Lock(ctx, opts...)
 		} else {
 			l, err = h.TryLock(ctx, opts...)
 		}
 	case "read", "write":
-		var rw *redislock.RWMutex
-		if obj != "" {
-			d.mu.Lock()
-			rw, _ = d.objs[obj].(*redislock.RWMutex)
-			if rw == nil {
-				rw = c.RWMutex(key)
-				d.objs[obj] = rw
-			}
-			d.mu.Unlock()
-		} else {
-			rw = c.RWMutex(key)
-		}
+		rw := named(d, obj, func() *redislock.RWMutex { return c.RWMutex(key) })
 		switch {
 		case kind == "read" && wait:
 			l, err = rw.RLock(ctx, opts...)
@@ -343,6 +321,24 @@ func (d *driver) acquire(c *redislock.Client, a map[string]string) string {
 	}
 	d.track(name, l)
 	return fmt.Sprintf("ok fence=%d owner=%s", l.Fence(), l.Owner())
+}
+
+// named is the object the request names with obj=, made by create the first
+// time that name is used (and again if it named an object of another type);
+// without a name, a new one.
+func named[T comparable](d *driver, obj string, create func() T) T {
+	var zero T
+	if obj == "" {
+		return create()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, _ := d.objs[obj].(T)
+	if o == zero {
+		o = create()
+		d.objs[obj] = o
+	}
+	return o
 }
 
 // track names a new hold and writes its loss event the moment its
