@@ -428,6 +428,10 @@ fn every_way_a_hold_ends_counts_once_and_only_holds_granted_here_count() {
     c.acquire("d", "dora", LONG).expect("free");
     let dump: Vec<u8> = c.value(&["DUMP", "d"]);
     let _: () = c.value(&["FLUSHALL"]);
+    // Freed on Valkey's lazy-free thread, as above.
+    wait_until("the flushed hold ends", Duration::from_secs(5), || {
+        ended(&server) >= 9
+    });
     assert_eq!(ended(&server), 9);
     let _: () = redis::cmd("RESTORE")
         .arg("d")
