@@ -359,27 +359,11 @@ impl StoredLock {
         Some(unsafe { &mut (*(self as *mut StoredLock).cast::<SharedLock>()).holds })
     }
 
-    /// Whether `owner` holds this exclusive value, compared with the
-    /// stored form: a packed owner against `owner` packed (only the one
-    /// spelling of a packed owner packs, so equal numbers are equal text),
-    /// any other byte for byte; nothing is spelled out or copied. False for
-    /// a shared value.
+    /// Whether `owner` holds this exclusive value: the stored owner,
+    /// unpacked on the stack if it is packed, against `owner`, nothing
+    /// copied to the heap. False for a shared value.
     pub fn owned_by(&self, owner: &[u8]) -> bool {
-        match self.form() {
-            COMPACT => match self.bytes().try_into() {
-                Ok(bytes) => Packed::parse(owner) == Some(uncompact(bytes).0),
-                Err(_) => false,
-            },
-            WIDE => {
-                let (_, packed) = self.wide_owner();
-                let stored = &self.bytes()[WIDE_HEAD..];
-                if !packed {
-                    return stored == owner;
-                }
-                Packed::decode(stored).is_some_and(|p| Packed::parse(owner) == Some(p))
-            }
-            _ => false,
-        }
+        self.form() != SHARED && *self.owner() == *owner
     }
 
     /// The owner token (empty for a shared value: no owner is empty).
