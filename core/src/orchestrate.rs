@@ -79,7 +79,7 @@ pub fn removal(event: Event) -> Removal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Read<'a> {
     /// As stored, and whether this owner holds a compactly stored exclusive
-    /// hold (compared with the stored form: nothing is unpacked or copied).
+    /// hold (compared in place: the owner is not copied to the heap).
     Mine(&'a [u8]),
     /// As stored, whoever holds it.
     AsStored,
