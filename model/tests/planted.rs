@@ -1,40 +1,66 @@
-//! A flaw planted in the core's own serve (not in the model): the checks
-//! must catch it. Its own test binary, so the switch it sets reaches no
-//! other check (each file under `tests/` is a process of its own).
+//! Flaws planted in the core's own code (not in the model): the checks must
+//! catch each. Its own test binary, so the switches it sets reach no other
+//! check (each file under `tests/` is a process of its own), and one test,
+//! so one switch is set at a time.
 //!
-//! The flaw (`redislock_core::shared_queue::planted`): the queue's serve
-//! goes on past an exclusive request at the head that cannot be granted,
-//! so readers queued behind a waiting writer are granted ahead of it.
+//! The flaws:
+//! - `shared_queue::planted::SERVE_PAST_A_WRITER`: the queue's rule goes on
+//!   past an exclusive request at the head that cannot be granted, so
+//!   readers queued behind a waiting writer are granted ahead of it.
+//! - `orchestrate::planted::HAND_OVER_PAST_SHARED`: the one serve hands
+//!   the lock to an exclusive request at the head as if the listed holds
+//!   were not there, so a writer is granted beside readers.
+//! - `orchestrate::planted::BARGE_PAST_WAITERS`: `LOCK.ACQUIRE` ignores
+//!   the clients waiting, so a reader asking while a writer waits is
+//!   granted at once beside the readers holding.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use redislock_core::orchestrate::planted::{BARGE_PAST_WAITERS, HAND_OVER_PAST_SHARED};
 use redislock_core::shared_queue::planted::SERVE_PAST_A_WRITER;
 use redislock_model::{run, shared, Search};
 
-#[test]
-fn a_serve_that_grants_readers_past_a_waiting_writer_is_caught() {
-    let property = "no waiter is overtaken (first come, first served across modes)";
+/// Runs the readers-and-a-writer model with `switch` set until `property`
+/// fails; the trace that breaks it.
+fn caught(label: &str, switch: &AtomicBool, property: &'static str) -> String {
     let model = shared::SharedModel {
         bounds: shared::Bounds::readers_and_writer(),
     };
-    // The serve as built keeps the property at these bounds (checked in
+    // The code as built keeps every property at these bounds (checked in
     // full by `shared_holds_of_readers_and_a_writer_keep_every_guarantee` in
-    // models.rs); the planted one breaks it, in a trace that serves the
-    // queue.
-    SERVE_PAST_A_WRITER.store(true, Ordering::Relaxed);
-    let report = run(
-        "shared, serve past a writer",
-        model,
-        Search::Bfs,
-        1,
-        Some(&[property]),
-    );
-    SERVE_PAST_A_WRITER.store(false, Ordering::Relaxed);
+    // models.rs); the planted flaw breaks this one.
+    switch.store(true, Ordering::Relaxed);
+    let report = run(label, model, Search::Bfs, 1, Some(&[property]));
+    switch.store(false, Ordering::Relaxed);
     print!("{}", report.summary());
     let trace = report
         .counterexample(property)
         .unwrap_or_else(|| panic!("the checker misses the planted flaw: {}", report.summary()))
         .to_string();
     println!("{trace}");
-    assert!(trace.contains("Serve"), "{trace}");
+    trace
+}
+
+#[test]
+fn flaws_planted_in_the_core_are_caught() {
+    let trace = caught(
+        "shared, serve past a writer",
+        &SERVE_PAST_A_WRITER,
+        "no waiter is overtaken (first come, first served across modes)",
+    );
+    assert!(trace.contains("A WAITER WAS OVERTAKEN"), "{trace}");
+
+    let trace = caught(
+        "shared, a writer handed the lock beside readers",
+        &HAND_OVER_PAST_SHARED,
+        "no exclusive hold beside any other live hold",
+    );
+    assert!(trace.contains("exclusive"), "{trace}");
+
+    let trace = caught(
+        "shared, a reader barging past a waiting writer",
+        &BARGE_PAST_WAITERS,
+        "no reader is granted before a writer that came earlier",
+    );
+    assert!(trace.contains("A READER OVERTOOK A WRITER"), "{trace}");
 }
