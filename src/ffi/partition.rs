@@ -165,8 +165,10 @@ pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
     if !gate.settings().active() {
         return;
     }
-    let view = read_view(ctx);
+    // The time first: a probe's offset must be read no earlier than its
+    // time, so that every byte past it was written after that time.
     let now = mono_ms();
+    let view = read_view(ctx);
     let action = gate.observe(&view, now);
     GATE.set(gate);
     OPEN_UNTIL.set(gate.open_until());
