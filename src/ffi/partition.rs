@@ -169,10 +169,11 @@ pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
     // time, so that every byte past it was written after that time.
     let now = mono_ms();
     let view = read_view(ctx);
+    let deadline = gate.open_until();
     let action = gate.observe(&view, now);
     GATE.set(gate);
     OPEN_UNTIL.set(gate.open_until());
-    log_transition(&gate, now);
+    log_transition(&gate, deadline, now);
     if action == Action::WriteMarker
         && !MARKER_ARMED.replace(true)
         && create_timer(ctx, 0, write_marker, ptr::null_mut()) == 0
@@ -184,7 +185,7 @@ pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
 /// Logs the gate shutting and opening again: rare (a partition, a replica
 /// restart or pause, a promotion), and what an operator wants to see next
 /// to Sentinel's log.
-fn log_transition(gate: &Partition, now: u64) {
+fn log_transition(gate: &Partition, deadline: u64, now: u64) {
     let open = gate.open(now);
     if WAS_OPEN.replace(open) == open {
         return;
@@ -197,15 +198,14 @@ fn log_transition(gate: &Partition, now: u64) {
              (shut for about {shut_ms} ms)"
         ));
     } else {
-        // Shut since the deadline passed, or now if it never opened.
-        let since = match gate.open_until() {
-            0 => now,
-            until => until.min(now),
-        };
+        // Shut since the deadline of the last look passed (the cut plus
+        // the lag, at the latest), or now when Redis refused first.
+        let since = deadline.min(now);
         SHUT_SINCE.set(since);
         logging::log_notice(format!(
-            "lock: fewer replicas than min-replicas-to-write acknowledged within \
-             {lag} ms ({} ms ago): no grants and no fresh lock commands until they do",
+            "lock: fewer replicas than min-replicas-to-write acknowledged a probe \
+             within {lag} ms (shut since {} ms): no grants and no fresh lock commands \
+             until they do",
             now.saturating_sub(since)
         ));
     }
