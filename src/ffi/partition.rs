@@ -5,9 +5,10 @@
 //! Cost: nothing on the command path but a cached flag. The settings are
 //! read at load and when a `CONFIG SET` changes them (the config event);
 //! `INFO replication` is read only while they are set, at each server cron
-//! (Redis recounts its good replicas in its replication cron, which runs
-//! just before the module cron event of the same tick) and when a replica
-//! comes, goes or the role changes (the only other times Redis recounts).
+//! ([`refresh`], from `ffi::events`: Redis recounts its good replicas in its
+//! replication cron, which runs just before the module cron event of the
+//! same tick) and when a replica comes, goes or the role changes (the only
+//! other times Redis recounts).
 //! So the cached answer is never older than Redis's own. The marker is
 //! followed by `REPLCONF GETACK *` to the replicas, so the proof comes back
 //! in a round trip rather than at their next once-a-second acknowledgement.
@@ -61,37 +62,25 @@ fn unsafe_because() -> Vec<&'static str> {
     )
 }
 
-/// At load: reads the settings, subscribes to the cron and config events,
-/// and logs whether the configuration is safe under partitions.
+/// At load: reads the settings, subscribes to the config event, and logs
+/// whether the configuration is safe under partitions. (The cron tick's
+/// [`refresh`] is called by `ffi::events`.)
 pub fn watch(ctx: &Context) -> Result<(), &'static str> {
     reconfigure(ctx.ctx);
-    for id in [
-        raw::REDISMODULE_EVENT_CRON_LOOP,
-        raw::REDISMODULE_EVENT_CONFIG,
-    ] {
-        if !subscribe_to_server_event(ctx.ctx, id, Some(on_event)) {
-            return Err("cannot subscribe to the cron and config events");
-        }
+    if !subscribe_to_server_event(ctx.ctx, raw::REDISMODULE_EVENT_CONFIG, Some(on_config)) {
+        return Err("cannot subscribe to the config event");
     }
     Ok(())
 }
 
-/// The server's cron tick, or a config change.
-extern "C" fn on_event(
+/// A config change.
+extern "C" fn on_config(
     ctx: *mut raw::RedisModuleCtx,
-    event: raw::RedisModuleEvent,
+    _event: raw::RedisModuleEvent,
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    guard("replicas gate event", (), || {
-        if event.id == raw::REDISMODULE_EVENT_CONFIG {
-            reconfigure(ctx);
-        } else {
-            // Each tick also looks for a step of the wall clock.
-            crate::ffi::clock::check(ctx);
-            refresh(ctx);
-        }
-    });
+    guard("replicas gate event", (), || reconfigure(ctx));
 }
 
 /// A config may have changed: read the settings again, log if the safety
