@@ -31,6 +31,7 @@ use redislock_core::orchestrate::{self, Acquired, Event, Host, Lease, Left, Nil,
 use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
+use crate::wall_clock::{Steps, WallClock};
 use crate::Fence;
 
 /// Owner tokens: client `i` uses `OWNERS[2i]`, and after a reconnect either
@@ -85,6 +86,8 @@ pub struct Bounds {
     /// Clients may also acquire with `EPHEMERAL`: the hold is bound to
     /// the connection it is granted on, and ends when it disconnects.
     pub ephemeral: bool,
+    /// Steps of the server's wall clock (see [`crate::wall_clock`]).
+    pub clock_steps: Steps,
 }
 
 impl Bounds {
@@ -103,6 +106,7 @@ impl Bounds {
             commands: 2,
             same_owner_after_reconnect: false,
             ephemeral: false,
+            clock_steps: Steps::none(),
         }
     }
 
@@ -121,6 +125,7 @@ impl Bounds {
             commands: 3,
             same_owner_after_reconnect: false,
             ephemeral: false,
+            clock_steps: Steps::none(),
         }
     }
 
@@ -139,6 +144,7 @@ impl Bounds {
             commands: 2,
             same_owner_after_reconnect: false,
             ephemeral: false,
+            clock_steps: Steps::none(),
         }
     }
 }
@@ -281,7 +287,10 @@ struct Bound {
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct State {
+    /// The lease clock (elapsed time).
     now: u64,
+    /// The wall clock beside it.
+    wall: WallClock,
     keys: Vec<Slot>,
     /// The server's fence counter (what `fence::issue` keeps globally).
     last_fence: u64,
@@ -350,6 +359,10 @@ pub enum Action {
         ttl: Option<u64>,
     },
     FlushAll,
+    /// The server's wall clock steps by this many ms; no time elapses.
+    StepClock {
+        by: i64,
+    },
     /// Redis's active expiry deletes an expired key.
     ActiveExpire {
         lock: u8,
@@ -424,7 +437,7 @@ impl Host for Server<'_> {
     }
 
     fn now(&self) -> u64 {
-        self.s.now
+        self.s.wall.for_leases(self.s.now)
     }
 
     fn lock_name(&self, lock: &usize) -> LockName {
@@ -444,7 +457,7 @@ impl Host for Server<'_> {
 
     /// Opening expired a key past its time: now is never past a key's.
     fn key_now(&self, _: &usize) -> u64 {
-        self.s.now
+        self.now()
     }
 
     fn current<'k>(&self, lock: &'k usize) -> Result<Option<Lock<'k>>, LockError> {
@@ -555,7 +568,7 @@ impl Host for Server<'_> {
 
     fn arm_lease_check(&mut self, timer: Timer) {
         let Timer { name, at, delay_ms } = timer;
-        debug_assert_eq!(at, self.s.now + delay_ms);
+        debug_assert_eq!(at, self.now() + delay_ms);
         self.s.arm(Armed::Lease {
             lock: lock_index(&name) as u8,
             at,
@@ -984,6 +997,7 @@ impl Model for ServerModel {
         let b = &self.bounds;
         vec![State {
             now: 0,
+            wall: WallClock::default(),
             keys: vec![Slot::Empty; b.locks],
             last_fence: 0,
             engine: Engine::default(),
@@ -1137,6 +1151,10 @@ impl Model for ServerModel {
         } else {
             actions.push(Action::Resume);
         }
+        // The wall clock, whatever the server is doing.
+        for by in s.wall.steps(&b.clock_steps, s.now) {
+            actions.push(Action::StepClock { by });
+        }
         if s.now < b.horizon && !s.urgent() {
             actions.push(Action::Tick);
         }
@@ -1191,6 +1209,7 @@ impl Model for ServerModel {
                 s.remove(lock as usize);
                 s.key_left(lock as usize);
             }
+            Action::StepClock { by } => s.wall.step(by),
             Action::Pause => {
                 s.paused = true;
                 s.pauses += 1;
@@ -1302,6 +1321,9 @@ impl Model for ServerModel {
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "t={}", self.now)?;
+        if self.wall.offset() != 0 {
+            write!(f, " (wall {})", self.wall.read(self.now))?;
+        }
         if self.paused {
             write!(f, " PAUSED")?;
         }
