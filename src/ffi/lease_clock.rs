@@ -9,9 +9,10 @@
 //! monotonic clock went. A step is the wall clock moving more (or less) than
 //! the monotonic clock since the last look, beyond [`TOLERANCE_US`] and a
 //! slew allowance. [`look`] moves the offset at once and marks the step
-//! pending; correcting the keys and timers for it (`ffi::lease_rebase`)
-//! needs keys, which this file never opens, so that the files below the
-//! keys (the data type, the key) can read this clock.
+//! pending. Correcting the keys and timers for it opens keys, so it lives
+//! above them (`ffi::lease_rebase`); this file opens none and imports no
+//! other `ffi` file, so the files below the keys (the data type, the key)
+//! can read this clock.
 //!
 //! Inside, lease ends are lease-clock times; what leaves the module (a
 //! key's TTL, `PXAT` to replicas and the AOF, the RDB) is wall time, turned
