@@ -76,31 +76,38 @@ CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env LOCK_DRIVER="$(DRIVER_$(c))" \
 	    cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS) || exit 1;)
 
-# `make test` in three steps. The apt installs first, one after the other
+# `make test` in four steps. The apt installs first, one after the other
 # (dpkg takes one at a time). Then the builds and downloads side by side
 # (test-builds): cargo compiles every test binary the suites run, while pip,
 # npm, Maven and Go download and build beside it. Then the unit tests and
-# model checks, and the servers' suites, TEST_JOBS servers side by side
-# (test-on-<server>): the suites wait on servers and timers far more than
-# they compute, so two servers at once on 2 cores take little longer than
-# one; four at once starve the timing-sensitive tests of CPU. Each server's
-# output goes to target/test-logs/<server>.log, printed whole when that
-# server ends; while it runs, a line per suite says how it went. A suite that
-# fails says so (`=== <server>: <suite> FAILED ===`), its server's other
-# suites and the other servers still run, and make test fails naming the server.
-# One server at a time by default; `make test TEST_JOBS=2` runs two side by side
-# (26 min instead of ~35 on 2 cores, but the timing tests flake more).
-TEST_JOBS := 1
+# model checks. Then the servers' suites, in two rounds:
+# - the integration suite on one server at a time with nothing beside it
+#   (test-integration-on-<server>): its tests compare hand-off delays, costs
+#   at two sizes and lease ends against each other, and another server's
+#   suites running beside it made them flake;
+# - the clients' suites (Rust, Python, Node, Java, Go, and the conformance
+#   suite for each client) on TEST_JOBS servers side by side
+#   (test-clients-on-<server>, two by default): they wait on servers and
+#   timers far more than they compute, so two servers at once on 2 cores take
+#   little longer than one.
+# Each server's output goes to target/test-logs/<server>.<round>.log, printed
+# whole when that round ends on that server; while it runs, a line per suite
+# says how it went. A suite that fails says so (`=== <server>: <suite> FAILED
+# ===`), the other suites and servers still run, and make test fails naming
+# the server. `make test-on-<server>` runs both rounds on one server.
+TEST_JOBS := 2
 TEST_LOGS := target/test-logs
 
-test: ## Run every test: unit tests and model checks, then on each of the four servers (TEST_JOBS at a time, one by default) the integration suite, the Rust client's, the Python, Node, Java and Go suites, and the conformance suite for each client
+test: ## Run every test: unit tests and model checks, then on each of the four servers the integration suite (one server at a time), then the Rust client's, the Python, Node, Java and Go suites and the conformance suite for each client (TEST_JOBS servers at a time, two by default)
 	@$(MAKE) --no-print-directory test-tools
 	@$(MAKE) --no-print-directory -j5 --output-sync=target test-builds
 	cargo test --release -p redislock-core
 	cargo test --release -p redislock-model --tests
-	@start=$$SECONDS; rm -rf $(TEST_LOGS); mkdir -p $(TEST_LOGS); \
-	$(MAKE) --no-print-directory -k -j$(TEST_JOBS) $(TEST_ON) || { echo "=== make test: a server's suites failed (see its FAILED lines above) ==="; exit 1; }; \
-	echo "=== make test: every server passed; their suites took $$((SECONDS - start)) s, $(TEST_JOBS) servers at a time ==="
+	@start=$$SECONDS; rm -rf $(TEST_LOGS); mkdir -p $(TEST_LOGS); ok=1; \
+	$(MAKE) --no-print-directory -k -j1 $(TEST_INTEGRATION_ON) || ok=0; \
+	$(MAKE) --no-print-directory -k -j$(TEST_JOBS) $(TEST_CLIENTS_ON) || ok=0; \
+	[ $$ok = 1 ] || { echo "=== make test: a server's suites failed (see its FAILED lines above) ==="; exit 1; }; \
+	echo "=== make test: every server passed; their suites took $$((SECONDS - start)) s ==="
 
 # What test-builds needs from apt (Debian's servers, clang, the JDK and
 # Maven, a C compiler for Go's race detector), each a no-op when installed.
@@ -124,22 +131,32 @@ test-cargo: build
 	cargo test --release --no-run -p redislock-client
 	cargo test --release --no-run --test conformance
 
-# One server's suites, one after the other, their output into its log.
-# A suite that fails is reported and the next one still runs, so one run
-# shows every failure. The integration suite and each conformance run take
-# turns between the servers (flock): the integration suite's tests measure
-# hand-off delays and costs against each other with four threads of their
-# own, and a conformance run starts eight drivers at once, each given 20 s
-# to answer its first request; a second one of either beside it starves it
-# of CPU most.
-TEST_ON := $(addprefix test-on-,$(SERVERS))
-$(TEST_ON): test-on-%:
-	@mkdir -p $(TEST_LOGS); env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); log=$(TEST_LOGS)/$*.log; all=$$SECONDS; failed=""; \
+# One server's suites in one round, one after the other, their output into
+# its log. A suite that fails is reported and the next one still runs, so
+# one run shows every failure. SUITES_BEGIN defines `suite <name> <command>`;
+# SUITES_END prints the log whole and fails if a suite did. Conformance runs
+# take turns between the servers (flock): each starts eight drivers at once,
+# each given 20 s to answer its first request, and a second run beside it
+# starves it of CPU most.
+SUITES_BEGIN = mkdir -p $(TEST_LOGS); env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); \
+	log=$(TEST_LOGS)/$*.$(patsubst test-%-on-$*,%,$@).log; all=$$SECONDS; failed=""; \
 	suite() { local name=$$1 start=$$SECONDS; shift; echo "--- $*: $$name ---" >> $$log; \
 	  if "$$@" >> $$log 2>&1; then echo "--- $*: $$name passed in $$((SECONDS - start)) s"; \
-	  else echo "=== $*: $$name FAILED (after $$((SECONDS - start)) s) ==="; failed="$$failed $$name"; fi; }; \
-	echo "=== $*: integration, Rust client, Python, Node, Java, Go, conformance (log: $$log) ==="; \
-	suite integration flock $(TEST_LOGS)/.integration env $$env cargo test --release --test integration -- --test-threads=4; \
+	  else echo "=== $*: $$name FAILED (after $$((SECONDS - start)) s) ==="; failed="$$failed $$name"; fi; }
+SUITES_END = if [ -n "$$failed" ]; then status="FAILED:$$failed"; else status="every suite passed"; fi; \
+	{ flock 9; echo "=== $*: its log ($$log) ==="; cat $$log; echo "=== $*: $$status in $$((SECONDS - all)) s ==="; } 9>$(TEST_LOGS)/.print; \
+	[ -z "$$failed" ]
+
+TEST_INTEGRATION_ON := $(addprefix test-integration-on-,$(SERVERS))
+$(TEST_INTEGRATION_ON): test-integration-on-%:
+	@$(SUITES_BEGIN); \
+	suite integration env $$env cargo test --release --test integration -- --test-threads=4; \
+	$(SUITES_END)
+
+TEST_CLIENTS_ON := $(addprefix test-clients-on-,$(SERVERS))
+$(TEST_CLIENTS_ON): test-clients-on-%:
+	@$(SUITES_BEGIN); \
+	echo "=== $*: Rust client, Python, Node, Java, Go, conformance (log: $$log) ==="; \
 	suite rust-client env $$env cargo test --release -p redislock-client; \
 	suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider tests; \
 	suite node env -C node $$env npm run --silent test:only; \
@@ -147,11 +164,14 @@ $(TEST_ON): test-on-%:
 	suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; \
 	$(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) flock $(TEST_LOGS)/.conformance env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
 	  cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS);) \
-	if [ -n "$$failed" ]; then status="FAILED:$$failed"; else status="every suite passed"; fi; \
-	{ flock 9; echo "=== $*: its log ==="; cat $$log; echo "=== $*: $$status in $$((SECONDS - all)) s ==="; } 9>$(TEST_LOGS)/.print; \
-	[ -z "$$failed" ]
+	$(SUITES_END)
 
-.PHONY: test-tools test-builds test-cargo $(TEST_ON)
+TEST_ON := $(addprefix test-on-,$(SERVERS))
+$(TEST_ON): test-on-%:
+	@ok=1; $(MAKE) --no-print-directory test-integration-on-$* || ok=0; \
+	$(MAKE) --no-print-directory test-clients-on-$* || ok=0; [ $$ok = 1 ]
+
+.PHONY: test-tools test-builds test-cargo $(TEST_INTEGRATION_ON) $(TEST_CLIENTS_ON) $(TEST_ON)
 
 conformance: build servers python-env node-env java-env ## The client conformance suite for each client in CONFORMANCE_CLIENTS on each of the four servers (~10 s per server with the Rust driver, 20-40 s with Python and Node)
 	cargo build --release -p redislock-client --examples

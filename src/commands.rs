@@ -98,10 +98,6 @@ pub fn fence(ctx: &Context, input: &Args) -> RedisResult {
         let key_name = input.key()?;
         let fenced =
             orchestrate::fence(&mut Server::new(ctx), &key_name, req.owner, req.min_fence)?;
-        if ephemeral::any() {
-            let (from, to) = (fenced.from, fenced.hold.fence);
-            ephemeral::refenced(ctx, &key_name, req.owner, from, to);
-        }
         Ok(integer(fenced.hold.fence))
     })
 }

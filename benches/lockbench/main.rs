@@ -25,6 +25,7 @@
 //! | [`contended`] | 2: C clients on one lock, acquire → `INCR` → release |
 //! | [`takeover`] | 3: a holder vanishes, time from lease end to the waiter's hold |
 //! | [`crash`] | a holder process killed: time from the kill to the waiter's hold; what `EPHEMERAL` costs |
+//! | `sections/clock.rs` | a step of the server's wall clock under a holder: the module against the recipes |
 //! | [`memory`] | 4: the bulk loader and `used_memory` per held lock |
 //! | [`drain`] | 5b: server CPU per hand-off with N clients waiting |
 //! | [`shared`], [`shared_recipes`] | shared holds: read-write locks and semaphores: the recipes' Lua, throughput, the stress check |

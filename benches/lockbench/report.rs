@@ -604,4 +604,5 @@ fn render_details(ctx: &Ctx, r: &Results, out: &mut String) {
     out.push('\n');
     crate::sections::shared::render(ctx, r, out);
     crate::sections::crash::render(ctx, r, out);
+    crate::sections::clock::render(r, out);
 }

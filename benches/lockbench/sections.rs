@@ -2,6 +2,7 @@
 //! found to [`Results`], which `report` renders. They run in the order of
 //! [`ALL`], whose names `--only` takes.
 
+pub mod clock;
 pub mod contended;
 pub mod crash;
 pub mod drain;
@@ -24,7 +25,7 @@ use crate::throughput::{PairRun, Subject};
 use crate::Res;
 
 /// The sections, in run order.
-pub const ALL: [(&str, Section); 8] = [
+pub const ALL: [(&str, Section); 9] = [
     ("uncontended", uncontended::run),
     ("contended", contended::run),
     ("takeover", takeover::run),
@@ -33,6 +34,7 @@ pub const ALL: [(&str, Section); 8] = [
     ("drain", drain::run),
     ("shared", shared::run),
     ("crash", crash::run),
+    ("clock", clock::run),
 ];
 
 /// One section of the run: measures and adds to the results.
@@ -74,6 +76,8 @@ pub struct Results {
     pub shared: shared::SharedResults,
     /// A crashed holder's takeover and what `EPHEMERAL` costs.
     pub crash: crash::CrashResults,
+    /// A step of the server's wall clock under a holder.
+    pub clock: clock::ClockResults,
     pub errors: Vec<String>,
 }
 

@@ -83,6 +83,7 @@ impl From<Error> for Fail {
             Error::Lost(_) => "lost",
             Error::Upgrade => "upgrade",
             Error::LimitMismatch => "limit-mismatch",
+            Error::Quarantine => "quarantine",
             Error::InvalidOptions(_) => "refused",
             _ => "transport",
         };

@@ -121,7 +121,8 @@ impl Client {
         })
     }
 
-    /// Takes the lock if free; [`Error::WouldBlock`] if not.
+    /// Takes the lock if free; [`Error::WouldBlock`] if not ([`Error::Quarantine`]
+    /// if free while the server is in its quarantine).
     pub fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         let guard = self.bg.block_on(self.inner.try_lock(key, opts))?;
         Ok(self.wrap(guard))

@@ -109,7 +109,8 @@ impl Client {
         }
     }
 
-    /// Takes the lock if it is free, at once; [`Error::WouldBlock`] if not.
+    /// Takes the lock if it is free, at once; [`Error::WouldBlock`] if not
+    /// ([`Error::Quarantine`] if free while the server is in its quarantine).
     pub async fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         self.try_hold(key, opts, Share::Exclusive, None).await
     }
@@ -266,7 +267,7 @@ impl Client {
             Ok(Some(fence)) => fence,
             Ok(None) => {
                 pending.disarm();
-                return Err(Error::WouldBlock);
+                return Err(self.why_not_obtained(key).await);
             }
             Err(err) => {
                 if !may_have_granted(&err) {
@@ -282,6 +283,24 @@ impl Client {
             guard.bind(link, closed);
         }
         Ok(guard)
+    }
+
+    /// Why a try was answered nil: another owner holds the lock
+    /// ([`Error::WouldBlock`]), or it is free and the server is in its
+    /// quarantine ([`Error::Quarantine`]). Anything unclear (a transport
+    /// error, a cluster's per-node `INFO`) counts as held.
+    async fn why_not_obtained(&self, key: &str) -> Error {
+        let conn = &self.inner.server.conn;
+        let info = conn
+            .query::<redis::Value>(redis::cmd("LOCK.INFO").arg(key))
+            .await;
+        if !matches!(info, Ok(redis::Value::Nil)) {
+            return Error::WouldBlock;
+        }
+        match conn.query::<String>(redis::cmd("INFO").arg("lock")).await {
+            Ok(stats) if quarantine_left(&stats) => Error::Quarantine,
+            _ => Error::WouldBlock,
+        }
     }
 
     /// A hold of `share`, waiting as [`Client::lock`] describes. A grant
@@ -626,4 +645,13 @@ impl Backend for Server {
     fn release<'a>(&'a self, key: &'a str, owner: &'a str, all: bool) -> BoxFuture<'a, u64> {
         Box::pin(async move { on_hold(self.conn.query(&conn::release(key, owner, all)).await) })
     }
+}
+
+/// Whether `INFO lock` shows a quarantine running (`lock_quarantine_ms`
+/// above 0).
+fn quarantine_left(stats: &str) -> bool {
+    stats
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("lock_quarantine_ms:"))
+        .any(|ms| ms.parse::<u64>().is_ok_and(|ms| ms > 0))
 }

@@ -8,6 +8,10 @@ use std::fmt;
 pub enum Error {
     /// `try_lock`: another owner holds the lock right now.
     WouldBlock,
+    /// `try_lock`: the lock is free, but the server begins no hold for now
+    /// (its quarantine, `lock.max-ttl` ms after a start or a promotion):
+    /// try again later, or wait (`lock`), which is served when it ends.
+    Quarantine,
     /// `lock`: the wait ended before the lock was granted.
     TimedOut,
     /// The server says this owner does not hold the lock (released, or its
@@ -93,6 +97,11 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::WouldBlock => write!(f, "the lock is held by another owner"),
+            Error::Quarantine => write!(
+                f,
+                "the server begins no hold during its quarantine (after a start or a \
+                 promotion): try again"
+            ),
             Error::TimedOut => write!(f, "timed out waiting for the lock"),
             Error::NotOwner => write!(f, "the lock is not held by this owner"),
             Error::Lost(LossReason::NotOwner) => {

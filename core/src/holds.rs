@@ -389,44 +389,32 @@ impl Holds {
         ttl_ms: Option<u64>,
         now_ms: u64,
     ) -> Result<Hold, LockError> {
-        self.decide(owner, now_ms, |own| lock::reenter(own, ttl_ms, now_ms))
+        self.decide(owner, now_ms, |own| {
+            lock::reenter(own, ttl_ms, now_ms).map(Some)
+        })?
+        .ok_or(LockError::NotOwner)
     }
 
     /// `LOCK.RELEASE`: the caller's count − 1 (to 0 with `all`). At 0 the
     /// caller's hold ends (the lock is free if it was the last). Returns the
     /// remaining count.
     pub fn release(&mut self, owner: &[u8], all: bool, now_ms: u64) -> Result<u64, LockError> {
-        let place = self.live_place(owner, now_ms);
-        let own = place.and_then(|p| self.holders.get(&p)).map(|h| h.hold);
-        match (lock::release(own, all)?, place) {
-            (Some(hold), Some(place)) => {
-                self.change(place, |stored| {
-                    *stored = hold;
-                    Ok(())
-                })?;
-                Ok(hold.count)
-            }
-            (None, Some(place)) => {
-                self.remove(place);
-                Ok(0)
-            }
-            (_, None) => Err(LockError::NotOwner),
-        }
+        let left = self.decide(owner, now_ms, |own| lock::release(own, all))?;
+        Ok(left.map_or(0, |hold| hold.count))
     }
 
     /// `LOCK.RENEW`: the caller's lease becomes `ttl_ms` from now.
     pub fn renew(&mut self, owner: &[u8], ttl_ms: u64, now_ms: u64) -> Result<Hold, LockError> {
-        self.decide(owner, now_ms, |own| lock::renew(own, ttl_ms, now_ms))
+        self.decide(owner, now_ms, |own| {
+            lock::renew(own, ttl_ms, now_ms).map(Some)
+        })?
+        .ok_or(LockError::NotOwner)
     }
 
     /// `LOCK.FENCE`: the caller's fence becomes `max(fence, min_fence)`.
     pub fn fence(&mut self, owner: &[u8], min_fence: u64, now_ms: u64) -> Result<Hold, LockError> {
-        let before = self.of(owner, now_ms).map_or(0, |h| h.hold.fence);
-        let hold = self.decide(owner, now_ms, |own| lock::fence(own, min_fence))?;
-        if hold.fence != before {
-            self.changes.raised.push((before, hold.fence));
-        }
-        Ok(hold)
+        self.decide(owner, now_ms, |own| lock::fence(own, min_fence).map(Some))?
+            .ok_or(LockError::NotOwner)
     }
 
     /// Whether a grant to `owner` with `fence` may be taken back
@@ -436,21 +424,34 @@ impl Holds {
     }
 
     /// Decides a change to `owner`'s live hold with one of [`crate::lock`]'s
-    /// rules, and stores the hold it answers.
-    fn decide(
+    /// rules, and stores the hold it answers (`None`: the hold ends). A
+    /// raised fence is noted for the hold-time record.
+    pub fn decide(
         &mut self,
         owner: &[u8],
         now_ms: u64,
-        rule: impl FnOnce(Option<Hold>) -> Result<Hold, LockError>,
-    ) -> Result<Hold, LockError> {
+        rule: impl FnOnce(Option<Hold>) -> Result<Option<Hold>, LockError>,
+    ) -> Result<Option<Hold>, LockError> {
         let place = self.live_place(owner, now_ms);
         let own = place.and_then(|p| self.holders.get(&p)).map(|h| h.hold);
-        let hold = rule(own)?;
-        let place = place.ok_or(LockError::NotOwner)?;
-        self.change(place, |stored| {
-            *stored = hold;
-            Ok(())
-        })
+        let after = rule(own)?;
+        let (place, before) = place.zip(own).ok_or(LockError::NotOwner)?;
+        match after {
+            Some(hold) => {
+                if hold.fence != before.fence {
+                    self.changes.raised.push((before.fence, hold.fence));
+                }
+                self.change(place, |stored| {
+                    *stored = hold;
+                    Ok(())
+                })
+                .map(Some)
+            }
+            None => {
+                self.remove(place);
+                Ok(None)
+            }
+        }
     }
 
     /// Ends every hold at `at` at the latest (a TTL someone set shorter

@@ -73,6 +73,21 @@ impl Seen {
     }
 }
 
+impl Seen {
+    /// A request's view of one exclusive hold as the host stores it
+    /// compactly (`None`: no lock in the key): `mine`, whether the asker
+    /// owns it. In any mode, as [`crate::holds::Holds::seen`] would show it.
+    #[inline]
+    pub fn stored(hold: Option<Hold>, mine: bool, now_ms: u64) -> Seen {
+        let live = hold.filter(|hold| !ended(hold.expires_at, now_ms));
+        Seen {
+            own: live.filter(|_| mine),
+            admits: live.is_none(),
+            upgrade: false,
+        }
+    }
+}
+
 /// The caller's hold in a live compact lock.
 #[inline]
 fn own(live: Option<Lock>, owner: &[u8]) -> Option<Hold> {

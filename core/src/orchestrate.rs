@@ -18,7 +18,7 @@ use crate::handoff::{
     self, Engine, Gate, Gone, Grant, InFlight, Key, Pending, Serve, Timer, Waiter,
 };
 use crate::holds::{Holds, Mode};
-use crate::lock::{self, Acquire, Barriers, Hold, Lock, Seen, TtlFix};
+use crate::lock::{self, Acquire, Barriers, Hold, Seen, TtlFix};
 use crate::queue::LockName;
 use crate::shared_queue::{self, Answer, Request};
 use crate::stats;
@@ -64,14 +64,60 @@ pub enum Removal {
     Deleted,
 }
 
-/// How a lock whose last hold a [`Host::write_holds`] with `event` ended
-/// goes: expired by its lease, deleted when taken back, else released.
+/// How a lock whose last hold a [`Host::write`] of [`Write::Listed`] with
+/// `event` ended goes: expired by its lease, deleted when taken back, else
+/// released.
 pub fn removal(event: Event) -> Removal {
     match event {
         Event::SharesEnded => Removal::Expired,
         Event::Revoked => Removal::Deleted,
         _ => Removal::Released,
     }
+}
+
+/// How [`Host::read`] shows a lock's holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read<'a> {
+    /// As stored, and whether this owner holds a compactly stored exclusive
+    /// hold (compared in place: the owner is not copied to the heap).
+    Mine(&'a [u8]),
+    /// As stored, whoever holds it.
+    AsStored,
+    /// Listed by owner whatever the storage (a free key shows none): the
+    /// rule for shared requests decides over the list.
+    Listed,
+}
+
+/// A lock's holds as [`Host::read`] shows them.
+#[derive(Debug)]
+pub enum Stored {
+    /// No lock in the key.
+    Free,
+    /// One exclusive hold that the host stores compactly: the hold (ending at
+    /// the earlier of its lease and the key's expiry), live or not, and
+    /// whether it is the owner's that [`Read::Mine`] named.
+    One { hold: Hold, mine: bool },
+    /// The holds listed by owner, taken out of the key (a host may move
+    /// them out of the stored value instead of copying them): every read
+    /// that shows them is followed by a [`Host::write`] of
+    /// [`Write::Listed`] with the same key, which puts them back, changed
+    /// or not.
+    Listed(Holds),
+}
+
+/// What [`Host::write`] stores.
+#[derive(Debug)]
+pub enum Write<'a> {
+    /// `owner`'s exclusive `hold`, over the one hold the key has (the
+    /// owner's own, or an ended or released one) or in a free key.
+    /// [`Lease::Kept`]: the key's TTL is left alone.
+    One {
+        owner: &'a [u8],
+        hold: Hold,
+        lease: Lease,
+    },
+    /// Holds a [`Stored::Listed`] read took, put back.
+    Listed(Holds),
 }
 
 /// Why a blocked client is answered nil (or nothing).
@@ -137,28 +183,20 @@ pub trait Host {
     fn open_name(&mut self, name: &LockName, in_command: bool) -> Self::Key;
     /// The time to judge the key's lock by.
     fn key_now(&self, key: &Self::Key) -> u64;
-    /// The lock in the key: `None` if free, `WRONGTYPE` for another type.
-    fn current<'k>(&self, key: &'k Self::Key) -> Result<Option<Lock<'k>>, LockError>;
     /// The key's expiry, whatever it holds.
     fn expires_at(&self, key: &Self::Key) -> Option<u64>;
-    /// The stored lease end of the lock in the key (`None`: no lock).
+    /// The stored lease end of the lock in the key (`None`: no lock), not
+    /// capped by the key's expiry: what a TTL fix compares with it.
     fn stored_lease(&self, key: &Self::Key) -> Option<u64>;
-    /// Takes the holds out of the key, of either mode, to decide over
-    /// them: `None` if free, `WRONGTYPE` for another type. Every taking is
-    /// followed by [`Host::write_holds`] with the same key, which puts them
-    /// back (changed or not), so a host may move them out of the stored
-    /// value instead of copying them.
-    fn take_holds(&mut self, key: &mut Self::Key) -> Result<Option<Holds>, LockError>;
-    /// Whether the key holds a shared lock.
-    fn is_shared(&self, key: &Self::Key) -> bool;
-    /// Puts back holds taken by [`Host::take_holds`]: when they changed
-    /// ([`Holds::take_changes`]), stores them, sends replicas and the AOF
-    /// what changed — each changed owner's hold, not the holder list — and
-    /// announces `event`; when nothing changed, only puts them back. When
-    /// none is left the key goes, as [`removal`] says for `event`.
-    fn write_holds(&mut self, key: &mut Self::Key, holds: Holds, event: Event);
-    /// Stores `owner`'s `hold` (and replicates it), then announces `event`.
-    fn write(&mut self, key: &mut Self::Key, owner: &[u8], hold: Hold, lease: Lease, event: Event);
+    /// The lock's holds, of either mode, shown as `how` asks: [`Stored::Free`]
+    /// if the key is empty, `WRONGTYPE` for another type.
+    fn read(&mut self, key: &mut Self::Key, how: Read<'_>) -> Result<Stored, LockError>;
+    /// Stores `holds` and announces `event`. [`Write::One`] sends replicas
+    /// and the AOF that hold. [`Write::Listed`]: when they changed
+    /// ([`Holds::take_changes`]), sends each changed owner's hold, not the
+    /// holder list; when nothing changed, only puts them back; when none is
+    /// left the key goes, as [`removal`] says for `event`.
+    fn write(&mut self, key: &mut Self::Key, holds: Write<'_>, event: Event);
     /// Deletes the lock (and replicates that), announced as `how` says.
     fn remove(&mut self, key: &mut Self::Key, how: Removal);
     /// Puts the key's expiry back to the lease end `at`.
@@ -167,6 +205,9 @@ pub trait Host {
     fn issue_fence(&mut self, now: u64) -> u64;
     /// Every fence issued from now on is above `fence` (`LOCK.FENCE`).
     fn raise_fences(&mut self, fence: u64);
+    /// `owner`'s hold of a command's lock had its fence raised `from` → `to`
+    /// (`LOCK.FENCE`): where the host binds holds to connections by fence.
+    fn refenced(&mut self, target: &Self::Target, owner: &[u8], from: u64, to: u64);
 
     // --- gates -----------------------------------------------------------
 
@@ -233,6 +274,11 @@ pub trait Host {
 
 /// `LOCK.ACQUIRE`: grant now, park the caller (with `wait_ms`), or nil.
 /// Clients waiting on a lock found free are served first: it is theirs.
+///
+/// One path for every mode: an exclusive request reads the lock as stored
+/// (an exclusive hold kept compactly is decided without listing it), a
+/// shared one reads the holds listed by owner; either way [`lock::acquire`]
+/// decides, and the same steps follow its answer.
 pub fn acquire<H: Host>(
     host: &mut H,
     target: &H::Target,
@@ -248,52 +294,116 @@ pub fn acquire<H: Host>(
         serve(host, name, true);
     }
     let mut key = host.open(target);
-    if mode != Mode::Exclusive || host.is_shared(&key) {
-        let request = (owner, mode, ttl_ms, wait_ms);
-        return acquire_shared(host, target, key, waiting, request);
-    }
     let now = host.key_now(&key);
-    let current = host.current(&key)?;
-    let holder_until = current
-        .filter(|lock| lock.is_live(now))
-        .map(|lock| lock.hold.expires_at);
-    let free = holder_until.is_none();
+    let how = match mode {
+        Mode::Exclusive => Read::Mine(owner),
+        Mode::Shared { .. } => Read::Listed,
+    };
+    let stored = host.read(&mut key, how)?;
+    let (waiters, waiting_mode) = match &waiting {
+        Some(name) if mode == Mode::Exclusive => (host.engine(|e| e.has_waiters(name)), None),
+        Some(name) => host.engine(|e| (e.has_waiters(name), e.waiting_shared_mode(name))),
+        None => (false, None),
+    };
     let barriers = Barriers {
-        waiters: free
-            && waiting
-                .as_ref()
-                .is_some_and(|name| host.engine(|e| e.has_waiters(name))),
+        waiters: waiters && !planted::barges(),
         quarantined: host.quarantined(),
     };
-    let had_value = current.is_some();
-    let seen = Seen::exclusive(current, owner, now);
-    let decision = lock::acquire(seen, ttl_ms, now, barriers, || host.issue_fence(now))?;
+    // The decision, stored, and what it leaves to check: the lease a
+    // reentry moved, the first of several shared holds to end, and the
+    // live lease a parked request waits for.
+    let (decision, checks) = match stored {
+        Stored::Listed(mut holds) => {
+            let decision = holds.acquire(owner, mode, ttl_ms, now, barriers, waiting_mode, || {
+                host.issue_fence(now)
+            });
+            if !matches!(decision, Ok(Acquire::Busy) | Err(_)) {
+                holds.drop_ended(now);
+            }
+            let checks = Checks::of(&holds, now);
+            let event = match decision {
+                Ok(Acquire::Reentered(_)) => Event::Reenter,
+                _ => Event::Acquire,
+            };
+            host.write(&mut key, Write::Listed(holds), event);
+            (decision?, checks)
+        }
+        stored => {
+            let (held, mine) = match stored {
+                Stored::One { hold, mine } => (Some(hold), mine),
+                _ => (None, false),
+            };
+            let seen = Seen::stored(held, mine, now);
+            let decision = lock::acquire(seen, ttl_ms, now, barriers, || host.issue_fence(now))?;
+            match decision {
+                Acquire::Fresh(hold) => {
+                    if held.is_some() {
+                        // The previous hold's lease ended: free it as Redis would.
+                        host.remove(&mut key, Removal::Expired);
+                    }
+                    let write = match mode {
+                        Mode::Exclusive => Write::One {
+                            owner,
+                            hold,
+                            lease: Lease::Moved,
+                        },
+                        // (A shared request reads the holds listed; were a
+                        // free key shown otherwise, it begins the list.)
+                        Mode::Shared { .. } => {
+                            let mut holds = Holds::free();
+                            holds.begin(owner, mode, ttl_ms, now, hold.fence);
+                            Write::Listed(holds)
+                        }
+                    };
+                    host.write(&mut key, write, Event::Acquire);
+                }
+                Acquire::Reentered(hold) => {
+                    let write = Write::One {
+                        owner,
+                        hold,
+                        lease: Lease::Moved,
+                    };
+                    host.write(&mut key, write, Event::Reenter);
+                }
+                Acquire::Busy => {}
+            }
+            let checks = Checks {
+                lease: match decision {
+                    Acquire::Reentered(hold) => Some(hold.expires_at),
+                    _ => None,
+                },
+                ends: None,
+                busy_until: held
+                    .filter(|hold| !lock::ended(hold.expires_at, now))
+                    .map(|hold| hold.expires_at),
+            };
+            (decision, checks)
+        }
+    };
+    drop(key);
     match decision {
         Acquire::Fresh(hold) => {
-            if had_value {
-                // The previous hold's lease ended: free it as Redis would.
-                host.remove(&mut key, Removal::Expired);
-            }
-            host.write(&mut key, owner, hold, Lease::Moved, Event::Acquire);
             stats::ACQUIRED.incr();
+            check_hold_end(host, target, waiting.as_ref(), checks.ends, now);
             Ok(Acquired::Held(hold))
         }
         Acquire::Reentered(hold) => {
-            host.write(&mut key, owner, hold, Lease::Moved, Event::Reenter);
             stats::REENTERED.incr();
             owner_active(host, target, owner);
-            lease_changed(host, target, hold.expires_at);
+            if let Some(at) = checks.lease {
+                lease_changed(host, target, at);
+            }
+            check_hold_end(host, target, waiting.as_ref(), checks.ends, now);
             Ok(Acquired::Held(hold))
         }
         Acquire::Busy => match wait_ms {
             Some(timeout) if host.can_block() => {
-                drop(key);
                 let name = waiting.unwrap_or_else(|| host.lock_name(target));
-                let request = (owner, Mode::Exclusive, ttl_ms);
-                if !park(host, &name, request, timeout, holder_until) {
+                let request = (owner, mode, ttl_ms);
+                if !park(host, &name, request, timeout, checks.busy_until) {
                     return Ok(Acquired::Nil);
                 }
-                if free {
+                if checks.busy_until.is_none() {
                     // Free but not grantable now (quarantine): served when
                     // the gate opens.
                     serve(host, &name, true);
@@ -305,135 +415,30 @@ pub fn acquire<H: Host>(
     }
 }
 
-/// `LOCK.ACQUIRE` where shared holds are involved: a shared request, or
-/// any request on a lock held shared. The same steps as for an exclusive
-/// one, decided over the lock's holds ([`Holds::acquire`]).
-fn acquire_shared<H: Host>(
-    host: &mut H,
-    target: &H::Target,
-    mut key: H::Key,
-    waiting: Option<LockName>,
-    (owner, mode, ttl_ms, wait_ms): (&[u8], Mode, u64, Option<u64>),
-) -> Result<Acquired, LockError> {
-    let now = host.key_now(&key);
-    let mut holds = host.take_holds(&mut key)?.unwrap_or_default();
-    let (waiters, waiting_mode) = match &waiting {
-        Some(name) => host.engine(|e| (e.has_waiters(name), e.waiting_shared_mode(name))),
-        None => (false, None),
-    };
-    let barriers = Barriers {
-        waiters,
-        quarantined: host.quarantined(),
-    };
-    let decision = holds.acquire(owner, mode, ttl_ms, now, barriers, waiting_mode, || {
-        host.issue_fence(now)
-    });
-    let decision = match decision {
-        Ok(decision) => decision,
-        Err(error) => {
-            host.write_holds(&mut key, holds, Event::Acquire);
-            return Err(error);
-        }
-    };
-    match decision {
-        Acquire::Fresh(hold) => {
-            holds.drop_ended(now);
-            let ends = shared_hold_ends(&holds);
-            host.write_holds(&mut key, holds, Event::Acquire);
-            drop(key);
-            stats::ACQUIRED.incr();
-            check_hold_end(host, target, waiting.as_ref(), ends, now);
-            Ok(Acquired::Held(hold))
-        }
-        Acquire::Reentered(hold) => {
-            holds.drop_ended(now);
-            let earliest = holds.earliest_lease();
-            let ends = shared_hold_ends(&holds);
-            host.write_holds(&mut key, holds, Event::Reenter);
-            drop(key);
-            stats::REENTERED.incr();
-            owner_active(host, target, owner);
-            if let Some(at) = earliest {
-                lease_changed(host, target, at);
-            }
-            check_hold_end(host, target, waiting.as_ref(), ends, now);
-            Ok(Acquired::Held(hold))
-        }
-        Acquire::Busy => {
-            let earliest = holds.earliest_live_lease(now);
-            host.write_holds(&mut key, holds, Event::Acquire);
-            busy(
-                host,
-                target,
-                key,
-                waiting,
-                (owner, mode, ttl_ms, wait_ms),
-                earliest,
-            )
-        }
-    }
+/// What a decision over a lock's holds leaves to check, read once they are
+/// stored.
+#[derive(Debug, Clone, Copy)]
+struct Checks {
+    /// The earliest lease left: where a reentry of a shared hold points
+    /// waiters' lease check.
+    lease: Option<u64>,
+    /// When the first of several shared holds ends, if before the others
+    /// (the key's TTL ends the last): a check is due then.
+    ends: Option<u64>,
+    /// The first live lease end: when a parked request is looked at again
+    /// (`None`: the lock is free, only a gate holds it back).
+    busy_until: Option<u64>,
 }
 
-/// A shared request that cannot be granted now: parked with `WAIT` outside
-/// `MULTI` and scripts (a check armed at `earliest`, the first live lease
-/// end), else nil.
-fn busy<H: Host>(
-    host: &mut H,
-    target: &H::Target,
-    key: H::Key,
-    waiting: Option<LockName>,
-    (owner, mode, ttl_ms, wait_ms): (&[u8], Mode, u64, Option<u64>),
-    earliest: Option<u64>,
-) -> Result<Acquired, LockError> {
-    match wait_ms {
-        Some(timeout) if host.can_block() => {
-            drop(key);
-            let name = waiting.unwrap_or_else(|| host.lock_name(target));
-            if !park(host, &name, (owner, mode, ttl_ms), timeout, earliest) {
-                return Ok(Acquired::Nil);
-            }
-            if earliest.is_none() {
-                // Free but not grantable now (quarantine): served when
-                // the gate opens.
-                serve(host, &name, true);
-            }
-            Ok(Acquired::Parked)
+impl Checks {
+    /// The checks of listed holds.
+    fn of(holds: &Holds, now: u64) -> Checks {
+        Checks {
+            lease: holds.earliest_lease(),
+            ends: shared_hold_ends(holds),
+            busy_until: holds.earliest_live_lease(now),
         }
-        _ => Ok(Acquired::Nil),
     }
-}
-
-/// A command on the caller's own hold of a lock held shared: `change`
-/// decides over the holds, which are stored (the key goes with the last
-/// hold), then the queue is served, as holds may have ended.
-fn on_shared_hold<H: Host, R>(
-    host: &mut H,
-    target: &H::Target,
-    mut key: H::Key,
-    owner: &[u8],
-    event: Event,
-    change: impl FnOnce(&mut Holds, u64) -> Result<R, LockError>,
-) -> Result<R, LockError> {
-    let now = host.key_now(&key);
-    let mut holds = host.take_holds(&mut key)?.unwrap_or_default();
-    let result = match change(&mut holds, now) {
-        Ok(result) => result,
-        Err(error) => {
-            host.write_holds(&mut key, holds, event);
-            return Err(error);
-        }
-    };
-    holds.drop_ended(now);
-    let ends = shared_hold_ends(&holds);
-    host.write_holds(&mut key, holds, event);
-    drop(key);
-    owner_active(host, target, owner);
-    let waiting = waiting_on(host, target);
-    if let Some(name) = &waiting {
-        serve(host, name, true);
-    }
-    check_hold_end(host, target, waiting.as_ref(), ends, now);
-    Ok(result)
 }
 
 /// When the first of several shared holds ends, if before the others (the
@@ -470,26 +475,16 @@ pub fn reenter<H: Host>(
     owner: &[u8],
     ttl_ms: Option<u64>,
 ) -> Result<Hold, LockError> {
-    let mut key = host.open(target);
-    if host.is_shared(&key) {
-        let hold = on_shared_hold(host, target, key, owner, Event::Reenter, |holds, now| {
-            holds.reenter(owner, ttl_ms, now)
-        })?;
-        stats::REENTERED.incr();
-        return Ok(hold);
-    }
-    let now = host.key_now(&key);
-    let hold = lock::reenter(lock::own_hold(host.current(&key)?, owner, now), ttl_ms, now)?;
     let lease = if ttl_ms.is_some() {
         Lease::Moved
     } else {
         Lease::Kept
     };
-    host.write(&mut key, owner, hold, lease, Event::Reenter);
+    let changed = change_own(host, target, owner, Event::Reenter, lease, |own, now| {
+        lock::reenter(own, ttl_ms, now).map(Some)
+    })?;
     stats::REENTERED.incr();
-    owner_active(host, target, owner);
-    lease_changed(host, target, hold.expires_at);
-    Ok(hold)
+    changed.after.ok_or(LockError::NotOwner)
 }
 
 /// `LOCK.RENEW`: the hold with its new lease.
@@ -499,21 +494,16 @@ pub fn renew<H: Host>(
     owner: &[u8],
     ttl_ms: u64,
 ) -> Result<Hold, LockError> {
-    let mut key = host.open(target);
-    if host.is_shared(&key) {
-        let hold = on_shared_hold(host, target, key, owner, Event::Renew, |holds, now| {
-            holds.renew(owner, ttl_ms, now)
-        })?;
-        stats::RENEWED.incr();
-        return Ok(hold);
-    }
-    let now = host.key_now(&key);
-    let hold = lock::renew(lock::own_hold(host.current(&key)?, owner, now), ttl_ms, now)?;
-    host.write(&mut key, owner, hold, Lease::Moved, Event::Renew);
+    let changed = change_own(
+        host,
+        target,
+        owner,
+        Event::Renew,
+        Lease::Moved,
+        |own, now| lock::renew(own, ttl_ms, now).map(Some),
+    )?;
     stats::RENEWED.incr();
-    owner_active(host, target, owner);
-    lease_changed(host, target, hold.expires_at);
-    Ok(hold)
+    changed.after.ok_or(LockError::NotOwner)
 }
 
 /// What [`fence`] did: the caller's hold, whose fence went `from` → `hold.fence`.
@@ -525,33 +515,27 @@ pub struct Fenced {
 
 /// `LOCK.FENCE`: the caller's hold, of either mode, with its fence raised
 /// to at least `min_fence`; every fence this server issues afterwards is
-/// higher. Count and lease unchanged.
+/// higher, and a hold bound to a connection stays bound at its new fence.
+/// Count and lease unchanged.
 pub fn fence<H: Host>(
     host: &mut H,
     target: &H::Target,
     owner: &[u8],
     min_fence: u64,
 ) -> Result<Fenced, LockError> {
-    let mut key = host.open(target);
-    let fenced = if host.is_shared(&key) {
-        on_shared_hold(host, target, key, owner, Event::Fence, |holds, now| {
-            let from = holds.of(owner, now).map_or(0, |h| h.hold.fence);
-            let hold = holds.fence(owner, min_fence, now)?;
-            Ok(Fenced { from, hold })
-        })?
-    } else {
-        let now = host.key_now(&key);
-        let current = host.current(&key)?;
-        let from = current.map_or(0, |lock| lock.hold.fence);
-        let hold = lock::fence(lock::own_hold(current, owner, now), min_fence)?;
-        host.write(&mut key, owner, hold, Lease::Kept, Event::Fence);
-        drop(key);
-        owner_active(host, target, owner);
-        Fenced { from, hold }
+    let changed = change_own(host, target, owner, Event::Fence, Lease::Kept, |own, _| {
+        lock::fence(own, min_fence).map(Some)
+    })?;
+    let (Some(before), Some(hold)) = (changed.before, changed.after) else {
+        return Err(LockError::NotOwner);
     };
     // Replicas and the AOF raise their counter as they apply the hold.
-    host.raise_fences(fenced.hold.fence);
-    Ok(fenced)
+    host.raise_fences(hold.fence);
+    host.refenced(target, owner, before.fence, hold.fence);
+    Ok(Fenced {
+        from: before.fence,
+        hold,
+    })
 }
 
 /// `LOCK.RELEASE`: the hold left (`None`: now free). A release to zero
@@ -579,21 +563,78 @@ fn release_counted<H: Host>(
     all: bool,
     counter: &stats::Counter,
 ) -> Result<Option<Hold>, LockError> {
-    let mut key = host.open(target);
-    if host.is_shared(&key) {
-        let left = on_shared_hold(host, target, key, owner, Event::Release, |holds, now| {
-            let left = holds.release(owner, all, now)?;
-            Ok(holds.of(owner, now).map(|h| h.hold).filter(|_| left > 0))
-        })?;
-        counter.incr();
-        return Ok(left);
-    }
-    let now = host.key_now(&key);
-    let remaining = lock::release(lock::own_hold(host.current(&key)?, owner, now), all)?;
+    let changed = change_own(
+        host,
+        target,
+        owner,
+        Event::Release,
+        Lease::Kept,
+        |own, _| lock::release(own, all),
+    )?;
     counter.incr();
+    Ok(changed.after)
+}
+
+/// What [`change_own`] changed: the caller's live hold before and after
+/// (`None` after: it ended).
+#[derive(Debug, Clone, Copy)]
+struct Changed {
+    before: Option<Hold>,
+    after: Option<Hold>,
+}
+
+/// A command on the caller's own hold, of either mode: `rule` decides the
+/// hold it leaves from the caller's live hold (`None` after: it ends), and
+/// that is stored with `lease` and announced with `event`. A hold that
+/// ends hands the lock on: an exclusive one in place to the longest-waiting
+/// client, in the same command (the key goes straight from one holder to
+/// the next); a shared one by serving the queue, as holds may have ended.
+fn change_own<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    event: Event,
+    lease: Lease,
+    rule: impl FnOnce(Option<Hold>, u64) -> Result<Option<Hold>, LockError>,
+) -> Result<Changed, LockError> {
+    let mut key = host.open(target);
+    let now = host.key_now(&key);
+    let (before, after) = match host.read(&mut key, Read::Mine(owner))? {
+        Stored::Listed(mut holds) => {
+            let before = holds.of(owner, now).map(|h| h.hold);
+            let after = match holds.decide(owner, now, |own| rule(own, now)) {
+                Ok(after) => after,
+                Err(error) => {
+                    host.write(&mut key, Write::Listed(holds), event);
+                    return Err(error);
+                }
+            };
+            holds.drop_ended(now);
+            let ends = shared_hold_ends(&holds);
+            host.write(&mut key, Write::Listed(holds), event);
+            drop(key);
+            owner_active(host, target, owner);
+            let waiting = waiting_on(host, target);
+            if let Some(name) = &waiting {
+                serve(host, name, true);
+            }
+            check_hold_end(host, target, waiting.as_ref(), ends, now);
+            return Ok(Changed { before, after });
+        }
+        Stored::One { hold, mine: true } if !lock::ended(hold.expires_at, now) => {
+            (Some(hold), rule(Some(hold), now)?)
+        }
+        _ => (None, rule(None, now)?),
+    };
     owner_active(host, target, owner);
-    match remaining {
-        Some(hold) => host.write(&mut key, owner, hold, Lease::Kept, Event::Release),
+    match after {
+        Some(hold) => {
+            host.write(&mut key, Write::One { owner, hold, lease }, event);
+            if matches!(event, Event::Reenter | Event::Renew) {
+                drop(key);
+                lease_changed(host, target, hold.expires_at);
+            }
+        }
         None => match waiting_on(host, target) {
             None => host.remove(&mut key, Removal::Released),
             Some(name) => match grant_freed(host, &name, now) {
@@ -609,7 +650,7 @@ fn release_counted<H: Host>(
             },
         },
     }
-    Ok(remaining)
+    Ok(Changed { before, after })
 }
 
 /// The grant of `name`, just freed by its holder's command, to its
@@ -824,8 +865,16 @@ fn write_gate<H: Host>(host: &mut H, in_command: bool) -> Gate {
     }
 }
 
-/// Looks at `name` and carries out the engine's decision: grant the head
-/// waiter, wait for the holder's lease end, or defer behind a closed gate.
+/// Looks at `name` and carries out the decision: grant the requests at the
+/// head of its queue that the lock admits now, wait for a hold to end, or
+/// defer behind a closed gate.
+///
+/// One path for every mode. An exclusive request at the head reads the
+/// lock as stored: the engine pops it and [`hand_over`] writes its hold.
+/// A shared one, or a lock held shared, reads the holds listed by owner:
+/// the ended ones are dropped and the queue's rule ([`shared_queue::serve`],
+/// which asks [`lock::acquire`] for each request) grants the head's prefix
+/// it admits, each answered by [`answer_grant`] as a hand-over is.
 pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
     if !in_command && !host.is_writer() {
         return;
@@ -847,20 +896,23 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
         }
         return;
     }
-    let key = host.open_name(name, in_command);
-    // Shared holds, or a shared request at the head of the queue (of a lock
-    // that is not some other type's key): the shared rule serves it.
-    if host.is_shared(&key)
-        || (host.engine(|e| e.head_is_shared(name)) && host.current(&key).is_ok())
-    {
-        return serve_shared(host, key, name);
-    }
-    let mut key = key;
+    let mut key = host.open_name(name, in_command);
+    let how = if host.engine(|e| e.head_is_shared(name)) {
+        Read::Listed
+    } else {
+        Read::AsStored
+    };
+    let stored = host.read(&mut key, how);
     let now = host.key_now(&key);
-    let seen = match host.current(&key) {
-        Ok(None) => Key::Free,
-        Ok(Some(lock)) => Key::Held {
-            until: lock.hold.expires_at,
+    let seen = match stored {
+        Ok(Stored::Listed(holds)) if how == Read::AsStored && planted::hands_over_past_shared() => {
+            host.write(&mut key, Write::Listed(holds), Event::SharesEnded);
+            Key::Free
+        }
+        Ok(Stored::Listed(holds)) => return serve_listed(host, key, name, holds, now),
+        Ok(Stored::Free) => Key::Free,
+        Ok(Stored::One { hold, .. }) => Key::Held {
+            until: hold.expires_at,
         },
         Err(_) => Key::Foreign {
             until: host.expires_at(&key),
@@ -883,16 +935,17 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
     }
 }
 
-/// Serves `name` by the shared rule ([`shared_queue::serve`]): drops the
-/// holds whose lease ended, grants the requests at the head that the lock
-/// admits now (shared ones together), and checks again at the earliest
-/// lease end left while clients still wait.
-fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
-    let now = host.key_now(&key);
-    let Ok(held) = host.take_holds(&mut key) else {
-        return;
-    };
-    let mut holds = held.unwrap_or_default();
+/// [`serve`] over listed holds: drops the holds whose lease ended, grants
+/// the requests at the head that the lock admits now (shared ones
+/// together), and checks again at the earliest lease end left while
+/// clients still wait.
+fn serve_listed<H: Host>(
+    host: &mut H,
+    mut key: H::Key,
+    name: &LockName,
+    mut holds: Holds,
+    now: u64,
+) {
     let ended = holds.drop_ended(now);
     for _ in &ended {
         stats::EXPIRED_HELD.incr();
@@ -900,7 +953,7 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
     if holds.is_empty() {
         // A cluster slot migration may have moved the lock to another node.
         if let Some(error) = host.moved_to(name) {
-            host.write_holds(&mut key, holds, Event::SharesEnded);
+            host.write(&mut key, Write::Listed(holds), Event::SharesEnded);
             drop(key);
             return host.redirect(name, &error);
         }
@@ -947,7 +1000,7 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
     } else {
         Event::SharesEnded
     };
-    host.write_holds(&mut key, holds, event);
+    host.write(&mut key, Write::Listed(holds), event);
     drop(key);
     if let Some(at) = check {
         let timer = host.engine(|e| e.hold_ends(name, at, now));
@@ -957,38 +1010,23 @@ fn serve_shared<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
         let Some(waiter) = host.engine(|e| e.take(one.id)) else {
             continue;
         };
-        stats::WAITING.add(-1);
-        let hold = match one.answer {
-            Answer::Fresh(hold) => {
-                stats::ACQUIRED.incr();
-                stats::HANDOFFS.incr();
-                host.began(one.id, &waiter.handle, name, &waiter.owner, hold.fence);
-                hold
-            }
-            Answer::Reentered(hold) => {
-                stats::REENTERED.incr();
-                hold
-            }
+        let (hold, fresh) = match one.answer {
+            Answer::Fresh(hold) => (hold, true),
+            Answer::Reentered(hold) => (hold, false),
             Answer::Refused(error) => {
                 // As it would have been refused had it asked then.
+                stats::WAITING.add(-1);
                 host.reply_refused(one.id, waiter.handle, error);
                 continue;
             }
         };
-        let Waiter { owner, handle, .. } = waiter;
-        let in_flight = InFlight {
-            name: name.clone(),
-            owner,
-            fence: hold.fence,
-        };
-        host.engine(|e| e.granted(one.id, in_flight));
-        host.reply_granted(one.id, handle, name, hold.fence, hold.expires_at);
+        answer_grant(host, name, one.id, waiter, hold, fresh);
     }
 }
 
-/// Writes the lock for the granted client and answers it with its fence;
-/// `event` announces it ([`Event::HandOver`] when the key still holds the
-/// hold its owner just released).
+/// Writes the lock for the client the engine popped and answers it
+/// ([`answer_grant`]); `event` announces it ([`Event::HandOver`] when the
+/// key still holds the hold its owner just released).
 fn hand_over<H: Host>(
     host: &mut H,
     key: &mut H::Key,
@@ -1004,8 +1042,6 @@ fn hand_over<H: Host>(
         until,
         then,
     } = grant;
-    let Waiter { owner, handle, .. } = waiter;
-    stats::WAITING.add(-1);
     if end_previous {
         // The lease ended at its expiry; Redis would expire the key only a
         // millisecond later (once now > expiry). Free it as Redis would.
@@ -1016,70 +1052,79 @@ fn hand_over<H: Host>(
         fence: host.issue_fence(now),
         expires_at: until,
     };
-    host.write(key, &owner, hold, Lease::Moved, event);
-    stats::ACQUIRED.incr();
-    stats::HANDOFFS.incr();
-    let fence = hold.fence;
-    host.began(id, &handle, name, &owner, fence);
-    host.engine(|e| {
-        e.granted(
-            id,
-            InFlight {
-                name: name.clone(),
-                owner,
-                fence,
-            },
-        )
-    });
-    host.reply_granted(id, handle, name, fence, until);
+    let write = Write::One {
+        owner: &waiter.owner,
+        hold,
+        lease: Lease::Moved,
+    };
+    host.write(key, write, event);
+    answer_grant(host, name, id, waiter, hold, true);
     arm(host, then);
 }
 
-/// Takes back a grant whose client never got the reply: frees the lock if
-/// it is still exactly that grant — same owner and fence, count 1 — and
-/// serves the next waiter. A hold the same owner reentered meanwhile (from
-/// another connection) is in use, and stays.
-fn revoke<H: Host>(host: &mut H, grant: &InFlight) {
-    let key = host.open_name(&grant.name, false);
-    if host.is_shared(&key) {
-        return revoke_shared(host, key, grant);
+/// Answers a waiter granted `hold` (a fresh one, or its owner's hold
+/// reentered) once it is stored: it no longer waits, its grant is in
+/// flight until its reply is out (see [`client_left`]).
+fn answer_grant<H: Host>(
+    host: &mut H,
+    name: &LockName,
+    id: u64,
+    waiter: Waiter<H::Handle>,
+    hold: Hold,
+    fresh: bool,
+) {
+    let Waiter { owner, handle, .. } = waiter;
+    stats::WAITING.add(-1);
+    if fresh {
+        stats::ACQUIRED.incr();
+        stats::HANDOFFS.incr();
+        host.began(id, &handle, name, &owner, hold.fence);
+    } else {
+        stats::REENTERED.incr();
     }
-    // The grantee's stored hold, live or not (a grant whose lease ended
-    // meanwhile goes as well).
-    let stored = host
-        .current(&key)
-        .ok()
-        .flatten()
-        .filter(|lock| lock.owner == grant.owner.as_slice())
-        .map(|lock| lock.hold);
-    if lock::revocable(stored, grant.fence) {
-        delete_and_serve(host, key, &grant.name);
-    }
-}
-
-/// [`revoke`] of a shared grant: that owner's share ends if it is still
-/// exactly the grant (same fence, count 1); the other holders keep theirs.
-fn revoke_shared<H: Host>(host: &mut H, mut key: H::Key, grant: &InFlight) {
-    let now = host.key_now(&key);
-    let Ok(Some(mut holds)) = host.take_holds(&mut key) else {
-        return;
+    let in_flight = InFlight {
+        name: name.clone(),
+        owner,
+        fence: hold.fence,
     };
-    if !holds.revocable(&grant.owner, grant.fence, now)
-        || holds.release(&grant.owner, true, now).is_err()
-    {
-        return host.write_holds(&mut key, holds, Event::Release);
-    }
-    holds.drop_ended(now);
-    host.write_holds(&mut key, holds, Event::Revoked);
-    drop(key);
-    serve(host, &grant.name, false);
+    host.engine(|e| e.granted(id, in_flight));
+    host.reply_granted(id, handle, name, hold.fence, hold.expires_at);
 }
 
-/// Deletes the lock in `key` (as `DEL` would) and serves `name`'s next waiter.
-fn delete_and_serve<H: Host>(host: &mut H, mut key: H::Key, name: &LockName) {
-    host.remove(&mut key, Removal::Deleted);
-    drop(key);
-    serve(host, name, false);
+/// Takes back a grant whose client never got the reply: the grantee's hold
+/// ends if it is still exactly that grant — same owner and fence, count 1
+/// (live or not: a grant whose lease ended meanwhile goes as well) — and
+/// the queue is served. A hold the same owner reentered meanwhile (from
+/// another connection) is in use, and stays; other holders keep theirs.
+fn revoke<H: Host>(host: &mut H, grant: &InFlight) {
+    let mut key = host.open_name(&grant.name, false);
+    let revoked = match host.read(&mut key, Read::Mine(&grant.owner)) {
+        Ok(Stored::One { hold, mine }) => {
+            let revoked = lock::revocable(mine.then_some(hold), grant.fence);
+            if revoked {
+                host.remove(&mut key, Removal::Deleted);
+            }
+            revoked
+        }
+        Ok(Stored::Listed(mut holds)) => {
+            let now = host.key_now(&key);
+            let revoked = holds.revocable(&grant.owner, grant.fence, now)
+                && holds.release(&grant.owner, true, now).is_ok();
+            let event = if revoked {
+                holds.drop_ended(now);
+                Event::Revoked
+            } else {
+                Event::Release
+            };
+            host.write(&mut key, Write::Listed(holds), event);
+            revoked
+        }
+        Ok(Stored::Free) | Err(_) => false,
+    };
+    if revoked {
+        drop(key);
+        serve(host, &grant.name, false);
+    }
 }
 
 /// Puts back the lease of a lock whose TTL another command changed, or
@@ -1097,13 +1142,11 @@ fn fix_ttl<H: Host>(host: &mut H, name: &LockName) {
         // whenever Redis's expiry cycle happens to find the key.
         TtlFix::Keep => {
             if let Some(at) = expiry {
-                if host.is_shared(&key) {
-                    // Holds that change later must not outlive it: their
-                    // stored leases end there too.
-                    if let Ok(Some(mut holds)) = host.take_holds(&mut key) {
-                        holds.cap_leases(at);
-                        host.write_holds(&mut key, holds, Event::SharesEnded);
-                    }
+                // Listed holds that change later must not outlive it: their
+                // stored leases end there too.
+                if let Ok(Stored::Listed(mut holds)) = host.read(&mut key, Read::AsStored) {
+                    holds.cap_leases(at);
+                    host.write(&mut key, Write::Listed(holds), Event::SharesEnded);
                 }
                 let timer = host.engine(|e| e.lease_moved(name, at, now));
                 arm(host, timer);
@@ -1115,12 +1158,59 @@ fn fix_ttl<H: Host>(host: &mut H, name: &LockName) {
             let timer = host.engine(|e| e.lease_moved(name, at, now));
             arm(host, timer);
         }
-        TtlFix::Delete => delete_and_serve(host, key, name),
+        TtlFix::Delete => {
+            host.remove(&mut key, Removal::Deleted);
+            drop(key);
+            serve(host, name, false);
+        }
     }
 }
 
 fn arm<H: Host>(host: &mut H, timer: Option<Timer>) {
     if let Some(timer) = timer {
         host.arm_lease_check(timer);
+    }
+}
+
+/// Flaws the model checks plant in the sequencing to show they catch them:
+/// with the `planted-flaw` feature (which only the model's tests turn on)
+/// and a switch set. Without the feature each check is a constant `false`.
+pub mod planted {
+    #[cfg(feature = "planted-flaw")]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// [`serve`](super::serve) hands the lock to an exclusive request at
+    /// the head as if listed holds were not there: a writer granted beside
+    /// the readers that still hold it.
+    #[cfg(feature = "planted-flaw")]
+    pub static HAND_OVER_PAST_SHARED: AtomicBool = AtomicBool::new(false);
+
+    /// [`acquire`](super::acquire) ignores the clients waiting: a request
+    /// the lock admits is granted at once, ahead of them.
+    #[cfg(feature = "planted-flaw")]
+    pub static BARGE_PAST_WAITERS: AtomicBool = AtomicBool::new(false);
+
+    #[inline(always)]
+    pub(crate) fn hands_over_past_shared() -> bool {
+        #[cfg(feature = "planted-flaw")]
+        {
+            HAND_OVER_PAST_SHARED.load(Ordering::Relaxed)
+        }
+        #[cfg(not(feature = "planted-flaw"))]
+        {
+            false
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn barges() -> bool {
+        #[cfg(feature = "planted-flaw")]
+        {
+            BARGE_PAST_WAITERS.load(Ordering::Relaxed)
+        }
+        #[cfg(not(feature = "planted-flaw"))]
+        {
+            false
+        }
     }
 }

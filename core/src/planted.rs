@@ -1,6 +1,6 @@
 //! A flaw the model checks plant in a host's clock to show they catch it
-//! (the queue's serve has its own, [`crate::shared_queue::planted`], beside
-//! the code it breaks).
+//! (the flaws of the queue's rule and of the sequencing sit beside the code
+//! they break: [`crate::shared_queue::planted`], [`crate::orchestrate::planted`]).
 //!
 //! Every lease decision reads the host's clock ([`crate::orchestrate::Host::now`]
 //! and `key_now`), and the contract says it is the lease clock: elapsed

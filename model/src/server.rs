@@ -26,8 +26,10 @@ use redislock_core::error::LockError;
 use redislock_core::fence;
 use redislock_core::handoff::{Engine, Gate, Timer};
 use redislock_core::holds::{Holder, Holds, Mode};
-use redislock_core::lock::{self, Hold, Lock};
-use redislock_core::orchestrate::{self, Acquired, Event, Host, Lease, Left, Nil, Removal};
+use redislock_core::lock::{self, Hold};
+use redislock_core::orchestrate::{
+    self, Acquired, Event, Host, Left, Nil, Read, Removal, Stored, Write,
+};
 use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
@@ -167,7 +169,7 @@ pub struct Handle {
 }
 
 /// What a key holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Slot {
     Empty,
     /// A lock; its key's TTL is its lease (the module keeps them equal).
@@ -177,6 +179,10 @@ enum Slot {
         fence: u64,
         lease: u64,
     },
+    /// Holds listed by owner (shared ones, as the module keeps them); the
+    /// key's TTL is their latest lease. A single exclusive hold is stored
+    /// as [`Slot::Lock`] instead, as the module stores it compactly.
+    Listed(Holds),
     /// Another type (a `SET` overwrote the lock), maybe with an expiry.
     Foreign {
         expiry: Option<u64>,
@@ -189,6 +195,7 @@ impl Slot {
         match *self {
             Slot::Empty => None,
             Slot::Lock { lease, .. } => Some(lease),
+            Slot::Listed(ref holds) => holds.latest_lease(),
             Slot::Foreign { expiry } => expiry,
         }
     }
@@ -460,10 +467,6 @@ impl Host for Server<'_> {
         self.now()
     }
 
-    fn current<'k>(&self, lock: &'k usize) -> Result<Option<Lock<'k>>, LockError> {
-        self.s.current(*lock).map_err(|()| LockError::WrongType)
-    }
-
     fn expires_at(&self, lock: &usize) -> Option<u64> {
         self.s.keys[*lock].expiry()
     }
@@ -471,54 +474,88 @@ impl Host for Server<'_> {
     fn stored_lease(&self, lock: &usize) -> Option<u64> {
         match self.s.keys[*lock] {
             Slot::Lock { lease, .. } => Some(lease),
+            Slot::Listed(ref holds) => holds.latest_lease(),
             _ => None,
         }
     }
 
-    fn write(&mut self, lock: &mut usize, owner: &[u8], hold: Hold, _: Lease, _: Event) {
+    /// As `LockKey::read`: an exclusive hold kept as one slot is shown as
+    /// its numbers (and whether the asker owns it), listed holds as a copy.
+    fn read(&mut self, lock: &mut usize, how: Read<'_>) -> Result<Stored, LockError> {
+        match (&self.s.keys[*lock], how) {
+            (Slot::Foreign { .. }, _) => Err(LockError::WrongType),
+            (Slot::Empty, Read::Listed) => Ok(Stored::Listed(Holds::free())),
+            (Slot::Empty, _) => Ok(Stored::Free),
+            (Slot::Listed(holds), _) => Ok(Stored::Listed(holds.clone())),
+            (
+                &Slot::Lock {
+                    owner,
+                    count,
+                    fence,
+                    lease,
+                },
+                how,
+            ) => {
+                let hold = Hold {
+                    count,
+                    fence,
+                    expires_at: lock::lease_end(lease, Some(lease)),
+                };
+                let owner = OWNERS[owner as usize];
+                Ok(match how {
+                    Read::Mine(asker) => Stored::One {
+                        hold,
+                        mine: asker == owner,
+                    },
+                    Read::AsStored => Stored::One { hold, mine: false },
+                    Read::Listed => Stored::Listed(Holds::from_parts(
+                        Mode::Exclusive,
+                        vec![Holder {
+                            owner: owner.to_vec(),
+                            hold,
+                            since: 0,
+                        }],
+                    )),
+                })
+            }
+        }
+    }
+
+    fn write(&mut self, lock: &mut usize, holds: Write<'_>, event: Event) {
+        let (owner, hold) = match holds {
+            Write::One { owner, hold, .. } => (owner.to_vec(), hold),
+            Write::Listed(mut holds) => {
+                let changes = holds.take_changes();
+                if changes.is_empty() {
+                    return;
+                }
+                if holds.is_empty() {
+                    return self.remove(lock, orchestrate::removal(event));
+                }
+                // A hold its owner was answered for by a command of its own.
+                for owner in &changes.owners {
+                    if let Some(h) = holds.get(owner) {
+                        self.s.claimed(*lock, h.hold.fence);
+                    }
+                }
+                match (holds.mode(), holds.only()) {
+                    (Mode::Exclusive, Some(one)) => (one.owner.clone(), one.hold),
+                    _ => {
+                        self.s.keys[*lock] = Slot::Listed(holds);
+                        return;
+                    }
+                }
+            }
+        };
         // The owner was answered for this hold: a revoke queued for it may
         // rightly leave it alone (`lock::revocable`).
         self.s.claimed(*lock, hold.fence);
         self.s.keys[*lock] = Slot::Lock {
-            owner: owner_index(owner) as u8,
+            owner: owner_index(&owner) as u8,
             count: hold.count,
             fence: hold.fence,
             lease: hold.expires_at,
         };
-    }
-
-    fn take_holds(&mut self, lock: &mut usize) -> Result<Option<Holds>, LockError> {
-        Ok(self.current(lock)?.map(|current| {
-            let holder = Holder {
-                owner: current.owner.to_vec(),
-                hold: current.hold,
-                since: 0,
-            };
-            Holds::from_parts(Mode::Exclusive, vec![holder])
-        }))
-    }
-
-    /// This model's clients ask for exclusive holds only (the shared model
-    /// checks shared ones): no key of it is ever held shared.
-    fn is_shared(&self, _: &usize) -> bool {
-        false
-    }
-
-    fn write_holds(&mut self, lock: &mut usize, mut holds: Holds, event: Event) {
-        if holds.take_changes().is_empty() {
-            return;
-        }
-        if holds.is_empty() {
-            return self.remove(lock, orchestrate::removal(event));
-        }
-        match (holds.mode(), holds.only()) {
-            (Mode::Exclusive, Some(one)) => {
-                let (owner, hold) = (one.owner.clone(), one.hold);
-                self.write(lock, &owner, hold, Lease::Moved, event);
-            }
-            // Only a shared request makes holds shared, and none is made.
-            _ => self.s.broken.order = true,
-        }
     }
 
     /// Removed while serving: the notification is not heard.
@@ -536,6 +573,19 @@ impl Host for Server<'_> {
 
     fn raise_fences(&mut self, fence: u64) {
         self.s.last_fence = self.s.last_fence.max(fence);
+    }
+
+    /// A bound hold stays bound at its new fence (`ffi::ephemeral`).
+    fn refenced(&mut self, lock: &usize, owner: &[u8], from: u64, to: u64) {
+        let by_owner: Vec<bool> = (self.s.bound.iter())
+            .map(|b| OWNERS[self.s.token_on(b.client as usize, b.conn) as usize] == owner)
+            .collect();
+        for (b, by_owner) in self.s.bound.iter_mut().zip(by_owner) {
+            if by_owner && b.lock as usize == *lock && b.fence == from {
+                b.fence = to;
+            }
+        }
+        self.s.bound.sort();
     }
 
     fn is_writer(&self) -> bool {
@@ -678,24 +728,17 @@ impl State {
         OWNERS[self.token(client) as usize]
     }
 
-    /// The lock as the core sees it (`LockKey::current`).
-    fn current(&self, lock: usize) -> Result<Option<Lock<'static>>, ()> {
-        match self.keys[lock] {
-            Slot::Empty => Ok(None),
-            Slot::Lock {
-                owner,
-                count,
+    /// `owner`'s live hold's fence in `lock`, in either storage.
+    fn live_fence(&self, lock: usize, owner: &[u8]) -> Option<u64> {
+        match &self.keys[lock] {
+            &Slot::Lock {
+                owner: o,
                 fence,
                 lease,
-            } => Ok(Some(Lock {
-                owner: OWNERS[owner as usize],
-                hold: Hold {
-                    count,
-                    fence,
-                    expires_at: lock::lease_end(lease, Some(lease)),
-                },
-            })),
-            Slot::Foreign { .. } => Err(()),
+                ..
+            } if OWNERS[o as usize] == owner && !lock::ended(lease, self.now) => Some(fence),
+            Slot::Listed(holds) => holds.of(owner, self.now).map(|h| h.hold.fence),
+            _ => None,
         }
     }
 
@@ -717,10 +760,16 @@ impl State {
     /// forced free (the contract's way to force a lock free), so its
     /// holder's belief no longer counts for mutual exclusion.
     fn force_free(&mut self, lock: usize) {
-        if let Slot::Lock { fence, .. } = self.keys[lock] {
-            self.forced.push((lock as u8, fence));
-            self.forced.sort();
+        match &self.keys[lock] {
+            &Slot::Lock { fence, .. } => self.forced.push((lock as u8, fence)),
+            Slot::Listed(holds) => {
+                let fences: Vec<u64> = holds.holders().map(|h| h.hold.fence).collect();
+                self.forced
+                    .extend(fences.into_iter().map(|f| (lock as u8, f)));
+            }
+            _ => {}
         }
+        self.forced.sort();
         self.remove(lock);
     }
 
@@ -835,12 +884,7 @@ impl State {
         let lock = b.lock as usize;
         let owner = OWNERS[self.token_on(b.client as usize, b.conn) as usize];
         self.open(lock);
-        let held = match self.current(lock) {
-            Ok(Some(l)) if l.owner == owner && !lock::ended(l.hold.expires_at, self.now) => {
-                Some(l.hold.fence)
-            }
-            _ => None,
-        };
+        let held = self.live_fence(lock, owner);
         let binding = ephemeral::Binding {
             name: name(lock),
             owner: owner.to_vec(),
@@ -1057,8 +1101,9 @@ impl Model for ServerModel {
             }
             for l in 0..b.locks {
                 let lock = l as u8;
-                let count = match s.keys[l] {
-                    Slot::Lock { owner, count, .. } if owner == s.token(i) => count,
+                let count = match &s.keys[l] {
+                    &Slot::Lock { owner, count, .. } if owner == s.token(i) => count,
+                    Slot::Listed(holds) => holds.get(s.owner(i)).map_or(0, |h| h.hold.count),
                     _ => 0,
                 };
                 let holding = c.holds[l].is_some();
@@ -1258,8 +1303,9 @@ impl Model for ServerModel {
                         || !s.idle()
                         || (0..s.keys.len()).all(|l| {
                             !s.engine.has_waiters(&name(l))
-                                || match s.keys[l] {
-                                    Slot::Lock { lease, .. } => !lock::ended(lease, s.now),
+                                || match &s.keys[l] {
+                                    &Slot::Lock { lease, .. } => !lock::ended(lease, s.now),
+                                    Slot::Listed(holds) => !holds.is_free(s.now),
                                     Slot::Foreign { .. } => true,
                                     Slot::Empty => false,
                                 }
@@ -1268,10 +1314,12 @@ impl Model for ServerModel {
             ),
             Property::always("a grant never replied is taken back", |_, s: &State| {
                 !s.idle()
-                        || s.paused
-                        || s.revoked.iter().all(|&(l, f)| {
-                            !matches!(s.keys[l as usize], Slot::Lock { fence, .. } if fence == f)
-                        })
+                    || s.paused
+                    || s.revoked.iter().all(|&(l, f)| match &s.keys[l as usize] {
+                        &Slot::Lock { fence, .. } => fence != f,
+                        Slot::Listed(holds) => holds.holders().all(|h| h.hold.fence != f),
+                        _ => true,
+                    })
             }),
             Property::always(
                 "the engine and the model agree on who waits",
@@ -1331,6 +1379,18 @@ impl fmt::Debug for State {
             let n = LOCK_NAMES[l];
             match *key {
                 Slot::Empty => write!(f, " | {n}: free")?,
+                Slot::Listed(ref holds) => {
+                    write!(f, " | {n}: {:?}", holds.mode())?;
+                    for h in holds.holders() {
+                        let who = String::from_utf8_lossy(&h.owner);
+                        let (count, fence) = (h.hold.count, Fence(h.hold.fence));
+                        write!(
+                            f,
+                            " {who} x{count} fence {fence} until {}",
+                            h.hold.expires_at
+                        )?;
+                    }
+                }
                 Slot::Lock {
                     owner,
                     count,

@@ -9,24 +9,30 @@
 //! ticks; a parked client is granted or answered nil at its deadline. One
 //! bound makes a client another connection of another client's owner.
 //!
-//! The server side is the core's own code: `LOCK.ACQUIRE` is decided by
-//! [`Holds::acquire`] (with the waiters as a barrier and the waiting
-//! shared request's limit), the per-owner commands by [`Holds::renew`] and
-//! [`Holds::release`], the queue by [`shared_queue::serve`], and fences by
-//! [`fence::next`]. The server's own work — serving the queue, answering a
-//! deadline — runs before time moves on, in any order with the clients'
-//! commands at that tick.
+//! The server side is the module's own sequencing, [`orchestrate`] (what
+//! `src/commands.rs` and `src/ffi/host.rs` call), with the hand-off
+//! [`Engine`] and the core's rules under it: this file only implements its
+//! [`Host`] on the model's state — the lock's key is its [`Holds`] (a
+//! single exclusive hold shown as [`Stored::One`], as the module stores it
+//! compactly), a lease check an armed time, a reply a change of the
+//! client — and records what the properties need (who parked first). The
+//! server's own work — a lease check that is due, a pump, a deadline — runs
+//! before time moves on, in any order with the clients' commands at that
+//! tick.
 //!
-//! With a [`Flaw`], one protection is taken out, and the checker shows what
-//! it was for.
+//! With a [`Flaw`], a client asks for the wrong thing, and the checker shows
+//! what the protection was for; flaws in the server's own code are planted
+//! in the core (`tests/planted.rs`).
 
 use std::fmt;
 
 use redislock_core::error::LockError;
 use redislock_core::fence;
-use redislock_core::holds::{Holds, Mode};
-use redislock_core::lock::{self, Acquire, Barriers};
-use redislock_core::shared_queue::{self, Answer, Request};
+use redislock_core::handoff::{Engine, Gate, Timer};
+use redislock_core::holds::{Holder, Holds, Mode};
+use redislock_core::lock;
+use redislock_core::orchestrate::{self, Acquired, Event, Host, Nil, Read, Removal, Stored, Write};
+use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
 use crate::Fence;
@@ -44,20 +50,12 @@ pub enum Role {
     Permit,
 }
 
-/// A protection taken out, to see the checker find what it prevents.
+/// A client that asks for the wrong thing, to see the checker find what the
+/// protection it bypasses is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Flaw {
-    /// `LOCK.ACQUIRE` ignores the clients waiting: a request the lock
-    /// admits is granted at once, ahead of them (barging).
-    Barging,
-    /// The queue is served past a head that cannot be granted: shared
-    /// requests behind a waiting writer are granted if the lock admits them.
-    ServePastTheHead,
-    /// The semaphore's limit is ignored: permits are granted as read holds.
+    /// The semaphore's limit is ignored: permits are asked for as read holds.
     IgnoreLimit,
-    /// A writer is granted beside shared holds: it only waits for another
-    /// writer (the mistake of a read-write lock that checks one mode only).
-    WriterBesideReaders,
 }
 
 #[derive(Clone, Debug)]
@@ -167,6 +165,11 @@ pub struct SharedModel {
     pub bounds: Bounds,
 }
 
+/// The lock's name.
+fn name() -> LockName {
+    LockName::new(0, b"rw")
+}
+
 /// Where a client is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Client {
@@ -201,7 +204,8 @@ struct Broken {
     writer_overtaken: bool,
     /// A fresh fence was not above every fence issued before.
     fence_fell: bool,
-    /// A client was answered that was not waiting (twice, or never parked).
+    /// A client was answered that was not waiting (twice, or never
+    /// parked), or a waiting one was lost.
     answered_twice: bool,
 }
 
@@ -230,11 +234,22 @@ struct Seen {
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct State {
     now: u64,
+    /// The lock's key: its holds (none: the key does not exist).
     holds: Holds,
-    /// The parked clients, in the order they parked.
+    /// The module's hand-off engine; a parked client's handle is its index.
+    engine: Engine<u8>,
+    /// Lease checks armed, by the time each fires (sorted, once each).
+    checks: Vec<u64>,
+    /// Pump jobs armed.
+    pumps: u8,
+    /// The model's own record of the parked clients, in the order they
+    /// parked.
     queue: Vec<u8>,
+    /// The server's fence counter (what `fence::issue` keeps globally).
+    fences: u64,
+    /// The highest fresh fence a client was told so far.
     last_fence: u64,
-    /// The highest shared hold's fence issued so far.
+    /// The highest shared hold's fence told so far.
     last_shared_fence: u64,
     clients: Vec<Client>,
     commands: Vec<u8>,
@@ -261,8 +276,13 @@ pub enum Action {
     Crash {
         client: u8,
     },
-    /// The server serves the queue.
-    Serve,
+    /// The lease check armed for this time fires: the server serves the
+    /// queue.
+    Serve {
+        at: u64,
+    },
+    /// The server runs a pump job.
+    Pump,
     /// The deadline of a parked client: nil.
     Timeout {
         client: u8,
@@ -298,169 +318,23 @@ impl SharedModel {
         }
     }
 
-    /// The queue as the core's rule reads it.
-    fn requests(&self, s: &State) -> Vec<Request<'static, u8>> {
-        s.queue
-            .iter()
-            .map(|&client| Request {
-                id: client,
-                owner: self.owner(client as usize),
-                mode: self.mode(client as usize),
-                ttl_ms: self.bounds.ttl,
-            })
-            .collect()
-    }
-
-    /// Whether serving the queue now would answer anyone (tried on a copy
-    /// of the holds).
-    fn would_serve(&self, s: &State) -> bool {
-        let mut holds = s.holds.clone();
-        !shared_queue::serve(&mut holds, self.requests(s), s.now, || 0).is_empty()
-            || !self.flawed_serve(s, &mut holds, || 0).is_empty()
-    }
-
-    /// The grants a flaw in the queue rule makes where the core's rule
-    /// grants nobody.
-    fn flawed_serve(
-        &self,
-        s: &State,
-        holds: &mut Holds,
-        mut issue_fence: impl FnMut() -> u64,
-    ) -> Vec<(u8, Answer)> {
-        let mut out = Vec::new();
-        let now = s.now;
-        match self.bounds.flaw {
-            Some(Flaw::ServePastTheHead) => {
-                for request in self.requests(s).into_iter().skip(1) {
-                    if matches!(request.mode, Mode::Shared { .. })
-                        && holds.of(request.owner, now).is_none()
-                        && holds.admits(request.mode, now)
-                    {
-                        let hold = holds.begin(
-                            request.owner,
-                            request.mode,
-                            request.ttl_ms,
-                            now,
-                            issue_fence(),
-                        );
-                        out.push((request.id, Answer::Fresh(hold)));
-                    }
-                }
-            }
-            Some(Flaw::WriterBesideReaders) => {
-                if let Some(head) = self.requests(s).first() {
-                    let shared_only =
-                        holds.live(now).next().is_some() && holds.mode() != Mode::Exclusive;
-                    if head.mode == Mode::Exclusive && shared_only {
-                        let hold =
-                            holds.begin(head.owner, head.mode, head.ttl_ms, now, issue_fence());
-                        out.push((head.id, Answer::Fresh(hold)));
-                    }
-                }
-            }
-            _ => {}
-        }
-        out
-    }
-
-    fn serve(&self, s: &mut State) {
-        let now = s.now;
-        let mut last = s.last_fence;
-        let mut holds = s.holds.clone();
-        let mut issue = || {
-            last = fence::next(last, now);
-            last
-        };
-        let mut served: Vec<(u8, Answer)> =
-            shared_queue::serve(&mut holds, self.requests(s), now, &mut issue)
-                .into_iter()
-                .map(|served| (served.id, served.answer))
-                .collect();
-        if served.is_empty() {
-            served = self.flawed_serve(s, &mut holds, &mut issue);
-        }
-        s.holds = holds;
-        let fresh = served
-            .iter()
-            .filter(|(_, answer)| matches!(answer, Answer::Fresh(_)))
-            .count();
-        s.seen.granted_together |= fresh >= 2;
-        s.seen.granted_after_crash |= fresh >= 1 && s.seen.crash_ended;
-        for (client, answer) in served {
-            let Some(at) = s.queue.iter().position(|&c| c == client) else {
-                s.broken.answered_twice = true;
-                continue;
-            };
-            s.queue.remove(at);
-            if !matches!(s.clients[client as usize], Client::Waiting { .. }) {
-                s.broken.answered_twice = true;
-            }
-            match answer {
-                Answer::Fresh(hold) => {
-                    // Everyone parked ahead of it has been answered.
-                    s.broken.overtaken |= at > 0;
-                    let writer_ahead = s.queue[..at]
-                        .iter()
-                        .any(|&c| self.mode(c as usize) == Mode::Exclusive);
-                    let shared = self.mode(client as usize) != Mode::Exclusive;
-                    s.broken.writer_overtaken |= shared && writer_ahead;
-                    if !shared && s.last_shared_fence > 0 {
-                        s.seen.writer_after_shared |= hold.fence > s.last_shared_fence;
-                    }
-                    self.issued(s, client as usize, hold.fence);
-                    s.clients[client as usize] = Client::Holding {
-                        fence: hold.fence,
-                        until: hold.expires_at,
-                        count: 1,
-                    };
-                }
-                Answer::Reentered(hold) => {
-                    s.seen.queue_reentry = true;
-                    s.clients[client as usize] = Client::Holding {
-                        fence: hold.fence,
-                        until: hold.expires_at,
-                        count: 1,
-                    };
-                }
-                Answer::Refused(error) => {
-                    s.seen.upgrade_refused |= error == LockError::Upgrade;
-                    s.clients[client as usize] = Client::Idle;
-                }
-            }
-        }
-    }
-
-    /// A fresh fence `fence` went to `client`: it must be above every one
-    /// issued before.
-    fn issued(&self, s: &mut State, client: usize, fence: u64) {
-        s.broken.fence_fell |= fence <= s.last_fence;
-        s.last_fence = s.last_fence.max(fence);
-        if self.mode(client) != Mode::Exclusive {
-            s.last_shared_fence = s.last_shared_fence.max(fence);
-        }
-    }
-
+    /// `LOCK.ACQUIRE` through the module's sequencing, then what the
+    /// client learns from the reply.
     fn acquire(&self, s: &mut State, client: usize, wait: bool) {
-        let now = s.now;
         let mode = self.mode(client);
-        let requests = self.requests(s);
-        let waiting = shared_queue::waiting_shared_mode(&requests);
-        let barriers = Barriers {
-            waiters: !s.queue.is_empty() && self.bounds.flaw != Some(Flaw::Barging),
-            quarantined: false,
-        };
-        let last = s.last_fence;
-        let decision = s.holds.acquire(
+        let wait_ms = wait.then_some(self.bounds.wait);
+        let mut server = Server::command(s, self, client);
+        let result = orchestrate::acquire(
+            &mut server,
+            &(),
             self.owner(client),
             mode,
             self.bounds.ttl,
-            now,
-            barriers,
-            waiting,
-            || fence::next(last, now),
+            wait_ms,
         );
-        match decision {
-            Ok(Acquire::Fresh(hold)) => {
+        server.done();
+        match result {
+            Ok(Acquired::Held(hold)) if hold.count == 1 => {
                 // Every client waiting came before it.
                 s.broken.overtaken |= !s.queue.is_empty();
                 let writer_waits = s
@@ -468,14 +342,14 @@ impl SharedModel {
                     .iter()
                     .any(|&c| self.mode(c as usize) == Mode::Exclusive);
                 s.broken.writer_overtaken |= mode != Mode::Exclusive && writer_waits;
-                self.issued(s, client, hold.fence);
+                s.issued(self, client, hold.fence);
                 s.clients[client] = Client::Holding {
                     fence: hold.fence,
                     until: hold.expires_at,
                     count: 1,
                 };
             }
-            Ok(Acquire::Reentered(hold)) => {
+            Ok(Acquired::Held(hold)) => {
                 let mine = match s.clients[client] {
                     Client::Holding { count, .. } => count,
                     _ => 0,
@@ -486,24 +360,317 @@ impl SharedModel {
                     count: mine + 1,
                 };
             }
-            Ok(Acquire::Busy) if wait => {
-                s.queue.push(client as u8);
-                s.clients[client] = Client::Waiting {
-                    deadline: now + self.bounds.wait,
-                };
-            }
+            // Parked: `Host::block` has set it waiting.
+            Ok(Acquired::Parked) => {}
             // Nil, or an error: it holds nothing (a lease it had has ended,
             // or it would have been reentered).
-            Ok(Acquire::Busy) | Err(_) => {
-                s.seen.limit_refused |= decision == Err(LockError::LimitMismatch);
-                s.seen.upgrade_refused |= decision == Err(LockError::Upgrade);
+            Ok(Acquired::Nil) | Err(_) => {
+                s.seen.limit_refused |= result == Err(LockError::LimitMismatch);
+                s.seen.upgrade_refused |= result == Err(LockError::Upgrade);
                 s.clients[client] = Client::Idle;
             }
         }
     }
 }
 
+// ---------------------------------------------------------------------------
+// The glue: the model's world as the module's own sequencing sees it.
+// ---------------------------------------------------------------------------
+
+/// The server side of the model as an [`orchestrate::Host`]. `caller`: the
+/// client whose command runs (the one a `WAIT` blocks). `fresh`: the
+/// clients handed a fresh hold in this step (two or more: granted
+/// together).
+struct Server<'s> {
+    s: &'s mut State,
+    m: &'s SharedModel,
+    caller: usize,
+    fresh: u8,
+    /// The client [`Host::began`] just announced: its reply is a fresh
+    /// hold, not a reentry from the queue.
+    began: Option<u8>,
+}
+
+impl<'s> Server<'s> {
+    /// A command of client `caller`.
+    fn command(s: &'s mut State, m: &'s SharedModel, caller: usize) -> Self {
+        Server {
+            s,
+            m,
+            caller,
+            fresh: 0,
+            began: None,
+        }
+    }
+
+    /// The server's own work (a timer, a job): no client calls.
+    fn on(s: &'s mut State, m: &'s SharedModel) -> Self {
+        Self::command(s, m, usize::MAX)
+    }
+
+    /// The step is over: what it showed.
+    fn done(self) {
+        self.s.seen.granted_together |= self.fresh >= 2;
+        self.s.seen.granted_after_crash |= self.fresh >= 1 && self.s.seen.crash_ended;
+    }
+
+    /// Client `client` leaves the model's line, answered: it must have
+    /// been in it, waiting. Where it stood.
+    fn answered(&mut self, client: u8) -> Option<usize> {
+        let at = self.s.queue.iter().position(|&c| c == client);
+        match at {
+            Some(at) => {
+                self.s.queue.remove(at);
+            }
+            None => self.s.broken.answered_twice = true,
+        }
+        if !matches!(self.s.clients[client as usize], Client::Waiting { .. }) {
+            self.s.broken.answered_twice = true;
+        }
+        at
+    }
+}
+
+impl Host for Server<'_> {
+    type Handle = u8;
+    /// One lock: a command names nothing more.
+    type Target = ();
+    /// An open key: the one key.
+    type Key = ();
+
+    fn engine<R>(&mut self, f: impl FnOnce(&mut Engine<u8>) -> R) -> R {
+        f(&mut self.s.engine)
+    }
+
+    fn now(&self) -> u64 {
+        self.s.now
+    }
+
+    fn lock_name(&self, _: &()) -> LockName {
+        name()
+    }
+
+    fn open(&mut self, _: &()) {
+        self.open_name(&name(), true)
+    }
+
+    /// Opening expires a key whose every lease has ended, as Redis would,
+    /// and tells the module (`expired`): its waiters are served by a pump.
+    fn open_name(&mut self, _: &LockName, _in_command: bool) {
+        let s = &mut *self.s;
+        if !s.holds.is_empty() && s.holds.is_free(s.now) {
+            s.holds = Holds::free();
+            if s.engine.anyone_waiting() {
+                orchestrate::freed(&mut Server::on(s, self.m), name(), true);
+            }
+        }
+    }
+
+    /// Opening expired a key past its time: now is never past a key's.
+    fn key_now(&self, _: &()) -> u64 {
+        self.s.now
+    }
+
+    fn expires_at(&self, _: &()) -> Option<u64> {
+        self.s.holds.latest_lease()
+    }
+
+    fn stored_lease(&self, _: &()) -> Option<u64> {
+        self.s.holds.latest_lease()
+    }
+
+    /// As `LockKey::read`: one exclusive hold is shown as its numbers,
+    /// listed holds are taken out of the key until written back.
+    fn read(&mut self, _: &mut (), how: Read<'_>) -> Result<Stored, LockError> {
+        let holds = &mut self.s.holds;
+        if holds.is_empty() && how != Read::Listed {
+            return Ok(Stored::Free);
+        }
+        if let (Mode::Exclusive, Some(one), false) =
+            (holds.mode(), holds.only(), how == Read::Listed)
+        {
+            let mine = matches!(how, Read::Mine(owner) if owner == one.owner.as_slice());
+            return Ok(Stored::One {
+                hold: one.hold,
+                mine,
+            });
+        }
+        Ok(Stored::Listed(std::mem::take(holds)))
+    }
+
+    fn write(&mut self, _: &mut (), holds: Write<'_>, _: Event) {
+        self.s.holds = match holds {
+            Write::One { owner, hold, .. } => {
+                // The hold's beginning stays with its owner.
+                let since = match self.s.holds.only() {
+                    Some(one) if one.owner == owner => one.since,
+                    _ => self.s.now,
+                };
+                let holder = Holder {
+                    owner: owner.to_vec(),
+                    hold,
+                    since,
+                };
+                Holds::from_parts(Mode::Exclusive, vec![holder])
+            }
+            Write::Listed(mut holds) => {
+                // The change log is the glue's, for replicas: not state.
+                holds.take_changes();
+                holds
+            }
+        };
+    }
+
+    fn remove(&mut self, _: &mut (), _: Removal) {
+        self.s.holds = Holds::free();
+    }
+
+    /// The model changes no TTL behind the module's back: none is put back.
+    fn restore_expiry(&mut self, _: &mut (), _: u64) {}
+
+    fn issue_fence(&mut self, now: u64) -> u64 {
+        self.s.fences = fence::next(self.s.fences, now);
+        self.s.fences
+    }
+
+    fn raise_fences(&mut self, fence: u64) {
+        self.s.fences = self.s.fences.max(fence);
+    }
+
+    /// No client here binds a hold to its connection.
+    fn refenced(&mut self, _: &(), _: &[u8], _: u64, _: u64) {}
+
+    fn is_writer(&self) -> bool {
+        true
+    }
+
+    /// Nobody pauses writes in this model (model 1 does).
+    fn writes_paused(&mut self) -> bool {
+        false
+    }
+
+    fn replicas_follow(&self) -> bool {
+        true
+    }
+
+    /// This model has no quarantine (model 2 has).
+    fn quarantine_gate(&self) -> Gate {
+        Gate::Open
+    }
+
+    fn quarantined(&self) -> bool {
+        false
+    }
+
+    fn lease_cap(&self) -> Option<u64> {
+        None
+    }
+
+    fn arm_lease_check(&mut self, timer: Timer) {
+        if let Err(at) = self.s.checks.binary_search(&timer.at) {
+            self.s.checks.insert(at, timer.at);
+        }
+    }
+
+    /// Every gate is open here: nothing is deferred to a retry.
+    fn arm_retry(&mut self, _delay_ms: u64) {
+        self.s.broken.answered_twice = true;
+    }
+
+    fn arm_pump(&mut self, _from_command: bool) {
+        self.s.pumps = self.s.pumps.saturating_add(1);
+    }
+
+    fn can_block(&self) -> bool {
+        true
+    }
+
+    fn block(&mut self, _: &LockName, timeout_ms: u64) -> Option<(u64, u8)> {
+        let client = self.caller;
+        self.s.queue.push(client as u8);
+        self.s.clients[client] = Client::Waiting {
+            deadline: self.s.now + timeout_ms,
+        };
+        Some((client as u64, client as u8))
+    }
+
+    fn reply_granted(&mut self, id: u64, client: u8, _: &LockName, fence: u64, until: u64) {
+        // The reply is written at once: the grant is no longer in flight.
+        self.s.engine.replied(id);
+        let fresh = self.began.take() == Some(client);
+        let Some(at) = self.answered(client) else {
+            return;
+        };
+        let m = self.m;
+        if fresh {
+            self.fresh += 1;
+            // Everyone parked ahead of it has been answered.
+            self.s.broken.overtaken |= at > 0;
+            let writer_ahead = self.s.queue[..at]
+                .iter()
+                .any(|&c| m.mode(c as usize) == Mode::Exclusive);
+            let shared = m.mode(client as usize) != Mode::Exclusive;
+            self.s.broken.writer_overtaken |= shared && writer_ahead;
+            if !shared && self.s.last_shared_fence > 0 {
+                self.s.seen.writer_after_shared |= fence > self.s.last_shared_fence;
+            }
+            self.s.issued(m, client as usize, fence);
+        } else {
+            self.s.seen.queue_reentry = true;
+        }
+        self.s.clients[client as usize] = Client::Holding {
+            fence,
+            until,
+            count: 1,
+        };
+    }
+
+    fn began(&mut self, _id: u64, &client: &u8, _: &LockName, _owner: &[u8], _fence: u64) {
+        self.began = Some(client);
+    }
+
+    fn reply_refused(&mut self, _id: u64, client: u8, error: LockError) {
+        self.answered(client);
+        self.s.seen.upgrade_refused |= error == LockError::Upgrade;
+        self.s.clients[client as usize] = Client::Idle;
+    }
+
+    fn reply_nil(&mut self, _id: u64, client: u8, why: Nil) {
+        self.answered(client);
+        self.s.seen.timed_out |= why == Nil::TimedOut;
+        self.s.clients[client as usize] = Client::Idle;
+    }
+
+    /// One node: the lock never moves.
+    fn moved_to(&mut self, _: &LockName) -> Option<String> {
+        None
+    }
+
+    fn redirect(&mut self, _: &LockName, _: &str) {}
+}
+
 impl State {
+    /// A fresh fence `fence` went to `client`: it must be above every one
+    /// told before.
+    fn issued(&mut self, model: &SharedModel, client: usize, fence: u64) {
+        self.broken.fence_fell |= fence <= self.last_fence;
+        self.last_fence = self.last_fence.max(fence);
+        if model.mode(client) != Mode::Exclusive {
+            self.last_shared_fence = self.last_shared_fence.max(fence);
+        }
+    }
+
+    /// Work the server owes before time moves on: a due lease check, a
+    /// pump, a passed deadline.
+    fn server_owes(&self) -> bool {
+        self.pumps > 0
+            || self.checks.first().is_some_and(|&at| at <= self.now)
+            || self
+                .clients
+                .iter()
+                .any(|c| matches!(*c, Client::Waiting { deadline } if deadline <= self.now))
+    }
+
     /// The clients that believe they hold the lock now: the owner each
     /// acquires as, and its mode as it asked for it.
     fn believers<'a>(
@@ -552,7 +719,11 @@ impl Model for SharedModel {
         vec![State {
             now: 0,
             holds: Holds::free(),
+            engine: Engine::default(),
+            checks: Vec::new(),
+            pumps: 0,
             queue: Vec::new(),
+            fences: 0,
             last_fence: 0,
             last_shared_fence: 0,
             clients: vec![Client::Idle; n],
@@ -565,17 +736,17 @@ impl Model for SharedModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let b = &self.bounds;
-        let mut server_work = false;
-        if !s.queue.is_empty() && self.would_serve(s) {
-            actions.push(Action::Serve);
-            server_work = true;
+        if let Some(&at) = s.checks.first().filter(|&&at| at <= s.now) {
+            actions.push(Action::Serve { at });
+        }
+        if s.pumps > 0 {
+            actions.push(Action::Pump);
         }
         for (i, c) in s.clients.iter().enumerate() {
             let client = i as u8;
             if let Client::Waiting { deadline } = *c {
                 if s.now >= deadline {
                     actions.push(Action::Timeout { client });
-                    server_work = true;
                 }
             }
             if s.commands[i] >= b.commands {
@@ -602,14 +773,13 @@ impl Model for SharedModel {
                 Client::Waiting { .. } | Client::Crashed { .. } => {}
             }
         }
-        if !server_work && s.now < b.horizon {
+        if !s.server_owes() && s.now < b.horizon {
             actions.push(Action::Tick);
         }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
-        let now = s.now;
         match action {
             Action::Acquire { client, wait } => {
                 s.commands[client as usize] += 1;
@@ -622,7 +792,10 @@ impl Model for SharedModel {
                     Client::Holding { count, .. } => count,
                     _ => 0,
                 };
-                s.clients[i] = match s.holds.renew(self.owner(i), self.bounds.ttl, now) {
+                let mut server = Server::command(&mut s, self, i);
+                let renewed = orchestrate::renew(&mut server, &(), self.owner(i), self.bounds.ttl);
+                server.done();
+                s.clients[i] = match renewed {
                     Ok(hold) => Client::Holding {
                         fence: hold.fence,
                         until: hold.expires_at,
@@ -635,7 +808,10 @@ impl Model for SharedModel {
             Action::Release { client } => {
                 let i = client as usize;
                 s.commands[i] += 1;
-                s.clients[i] = match (s.holds.release(self.owner(i), false, now), s.clients[i]) {
+                let mut server = Server::command(&mut s, self, i);
+                let released = orchestrate::release(&mut server, &(), self.owner(i), false);
+                server.done();
+                s.clients[i] = match (released, s.clients[i]) {
                     (
                         Ok(_),
                         Client::Holding {
@@ -660,21 +836,28 @@ impl Model for SharedModel {
                 };
                 s.clients[i] = Client::Crashed { until };
             }
-            Action::Serve => self.serve(&mut s),
+            Action::Serve { at } => {
+                s.checks.retain(|&t| t != at);
+                let mut server = Server::on(&mut s, self);
+                orchestrate::lease_check_fired(&mut server, &name(), at);
+                server.done();
+            }
+            Action::Pump => {
+                s.pumps -= 1;
+                let mut server = Server::on(&mut s, self);
+                orchestrate::pump(&mut server);
+                server.done();
+            }
             Action::Timeout { client } => {
-                match s.queue.iter().position(|&c| c == client) {
-                    Some(at) => {
-                        s.queue.remove(at);
-                    }
-                    None => s.broken.answered_twice = true,
-                }
-                s.clients[client as usize] = Client::Idle;
-                s.seen.timed_out = true;
+                let mut server = Server::on(&mut s, self);
+                let answered = orchestrate::deadline_passed(&mut server, u64::from(client));
+                server.done();
+                // A parked client the engine no longer knows: nobody would
+                // ever answer it.
+                s.broken.answered_twice |= !answered;
             }
             Action::Tick => {
                 s.now += 1;
-                // The lease checks: ended holds go.
-                s.holds.drop_ended(s.now);
                 // A crashed client restarts once its lease has ended.
                 for (i, c) in s.clients.iter_mut().enumerate() {
                     match *c {
@@ -730,7 +913,7 @@ impl Model for SharedModel {
                 "no stuck queue: the head waits only for a live hold in its way",
                 |m: &SharedModel, s: &State| match s.queue.first() {
                     None => true,
-                    Some(_) if m.would_serve(s) => true,
+                    Some(_) if s.server_owes() => true,
                     Some(&head) => blocked(&s.holds, m.mode(head as usize), s.now),
                 },
             ),
@@ -761,7 +944,11 @@ impl Model for SharedModel {
             ));
         }
         // Readers and permits of another limit are never granted together.
-        if readers >= 2 || (permits >= 2 && self.bounds.limit >= 2) {
+        // With every permit taken a waiter is served as soon as one frees
+        // (the release serves the queue in the same command): two permits
+        // wait at once only with two clients more than the limit.
+        let permits_wait_together = permits >= self.bounds.limit as usize + 2;
+        if readers >= 2 || (permits_wait_together && self.bounds.limit >= 2) {
             properties.push(Property::sometimes(
                 "waiters are granted together",
                 |_, s: &State| s.seen.granted_together,

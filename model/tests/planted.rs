@@ -1,63 +1,78 @@
-//! Flaws planted in the core (not in the model): the checks must catch
-//! them. Their own test binary, so the switches set here reach no other
-//! check (each file under `tests/` is a process of its own); within it, one
-//! flaw at a time ([`ONE_FLAW_AT_A_TIME`]).
+//! Flaws planted in the core's own code (not in the model): the checks must
+//! catch each. Its own test binary, so the switches it sets reach no other
+//! check (each file under `tests/` is a process of its own), and one test,
+//! so one switch is set at a time.
 //!
 //! The flaws:
-//! - `redislock_core::shared_queue::planted`: the queue's serve goes on past
-//!   an exclusive request at the head that cannot be granted, so readers
-//!   queued behind a waiting writer are granted ahead of it.
-//! - `redislock_core::planted`: the server's lease decisions read its wall
-//!   clock instead of the lease clock, so a forward step of the wall clock
-//!   ends a lease early.
+//! - `shared_queue::planted::SERVE_PAST_A_WRITER`: the queue's rule goes on
+//!   past an exclusive request at the head that cannot be granted, so
+//!   readers queued behind a waiting writer are granted ahead of it.
+//! - `orchestrate::planted::HAND_OVER_PAST_SHARED`: the one serve hands
+//!   the lock to an exclusive request at the head as if the listed holds
+//!   were not there, so a writer is granted beside readers.
+//! - `orchestrate::planted::BARGE_PAST_WAITERS`: `LOCK.ACQUIRE` ignores
+//!   the clients waiting, so a reader asking while a writer waits is
+//!   granted at once beside the readers holding.
+//! - `planted::LEASES_ON_WALL_CLOCK`: the server's lease decisions read its
+//!   wall clock instead of the lease clock, so a forward step of the wall
+//!   clock ends a lease early and a second client is granted the lock.
 
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use redislock_core::orchestrate::planted::{BARGE_PAST_WAITERS, HAND_OVER_PAST_SHARED};
 use redislock_core::planted::LEASES_ON_WALL_CLOCK;
 use redislock_core::shared_queue::planted::SERVE_PAST_A_WRITER;
 use redislock_model::{run, server, shared, wall_clock, Search};
 
-/// Held while a switch is set: the tests of this file run on threads of
-/// one process.
-static ONE_FLAW_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-#[test]
-fn a_serve_that_grants_readers_past_a_waiting_writer_is_caught() {
-    let _one = ONE_FLAW_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let property = "no waiter is overtaken (first come, first served across modes)";
+/// Runs the readers-and-a-writer model with `switch` set until `property`
+/// fails; the trace that breaks it.
+fn caught(label: &str, switch: &AtomicBool, property: &'static str) -> String {
     let model = shared::SharedModel {
         bounds: shared::Bounds::readers_and_writer(),
     };
-    // The serve as built keeps the property at these bounds (checked in
+    // The code as built keeps every property at these bounds (checked in
     // full by `shared_holds_of_readers_and_a_writer_keep_every_guarantee` in
-    // models.rs); the planted one breaks it, in a trace that serves the
-    // queue.
-    SERVE_PAST_A_WRITER.store(true, Ordering::Relaxed);
-    let report = run(
-        "shared, serve past a writer",
-        model,
-        Search::Bfs,
-        1,
-        Some(&[property]),
-    );
-    SERVE_PAST_A_WRITER.store(false, Ordering::Relaxed);
+    // models.rs); the planted flaw breaks this one.
+    switch.store(true, Ordering::Relaxed);
+    let report = run(label, model, Search::Bfs, 1, Some(&[property]));
+    switch.store(false, Ordering::Relaxed);
     print!("{}", report.summary());
     let trace = report
         .counterexample(property)
         .unwrap_or_else(|| panic!("the checker misses the planted flaw: {}", report.summary()))
         .to_string();
     println!("{trace}");
-    assert!(trace.contains("Serve"), "{trace}");
+    trace
 }
 
 #[test]
-fn leases_counted_on_the_wall_clock_give_two_holders_after_a_forward_step() {
-    let _one = ONE_FLAW_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let property = "at most one client holds a lock";
-    // The bounds of `server_model_across_a_step_of_the_wall_clock_keeps_every_guarantee`
+fn flaws_planted_in_the_core_are_caught() {
+    let trace = caught(
+        "shared, serve past a writer",
+        &SERVE_PAST_A_WRITER,
+        "no waiter is overtaken (first come, first served across modes)",
+    );
+    assert!(trace.contains("A WAITER WAS OVERTAKEN"), "{trace}");
+
+    let trace = caught(
+        "shared, a writer handed the lock beside readers",
+        &HAND_OVER_PAST_SHARED,
+        "no exclusive hold beside any other live hold",
+    );
+    assert!(trace.contains("exclusive"), "{trace}");
+
+    let trace = caught(
+        "shared, a reader barging past a waiting writer",
+        &BARGE_PAST_WAITERS,
+        "no reader is granted before a writer that came earlier",
+    );
+    assert!(trace.contains("A READER OVERTOOK A WRITER"), "{trace}");
+
+    // The server model with a step of its wall clock, at the bounds of
+    // `server_model_across_a_step_of_the_wall_clock_keeps_every_guarantee`
     // in models.rs, where every guarantee holds with leases on the lease
     // clock.
+    let property = "at most one client holds a lock";
     let model = server::ServerModel {
         bounds: server::Bounds {
             operator_writes: 0,

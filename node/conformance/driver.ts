@@ -33,6 +33,7 @@ import {
   type LockOptions,
   LockTimeoutError,
   NoQuorumError,
+  QuarantineError,
   ReadWriteLock,
   Redlock,
   Semaphore,
@@ -83,6 +84,9 @@ function kindOf(err: unknown): string {
   }
   if (err instanceof LimitMismatchError) {
     return "limit-mismatch";
+  }
+  if (err instanceof QuarantineError) {
+    return "quarantine";
   }
   if (err instanceof LockRefusedError || err instanceof InvalidOptionsError) {
     return "refused";

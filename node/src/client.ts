@@ -9,9 +9,11 @@ import {
   InvalidOptionsError,
   LimitMismatchError,
   LockAbortedError,
+  type LockError,
   LockNotHeldError,
   LockRefusedError,
   LockTimeoutError,
+  QuarantineError,
   UpgradeError,
   WouldBlockError,
   classify,
@@ -257,7 +259,11 @@ export class LockClient {
       return this.#onOwnLink(name, token, opts, owner);
     }
     if (opts.wait === 0) {
-      return this.#onShared(name, token, opts, owner);
+      try {
+        return await this.#onShared(name, token, opts, owner);
+      } catch (err) {
+        throw err instanceof WouldBlockError ? await this.#notObtained(name) : err;
+      }
     }
     // A free lock nobody waits for is granted at once on the shared
     // connection; a busy one answers nil (the server lets no one barge in
@@ -352,6 +358,24 @@ export class LockClient {
       throw new WouldBlockError();
     }
     return this.#start(name, owner, toBigInt(reply), opts, sent, undefined, shared);
+  }
+
+  /**
+   * Why a try was answered nil: `QuarantineError` if the lock is free and
+   * the server is in its quarantine, else `WouldBlockError` (also when the
+   * question itself fails).
+   */
+  async #notObtained(name: string): Promise<LockError> {
+    try {
+      if ((await this.#call(name, cmd.info(name))) !== null) {
+        return new WouldBlockError();
+      }
+      const stats = String(await this.#call(name, ["INFO", "lock"]));
+      const left = /^lock_quarantine_ms:(\d+)/m.exec(stats);
+      return left !== null && Number(left[1]) > 0 ? new QuarantineError() : new WouldBlockError();
+    } catch {
+      return new WouldBlockError();
+    }
   }
 
   /**
@@ -509,7 +533,7 @@ export class LockClient {
       used?.recycle();
     }
     if (!granted) {
-      throw opts.wait === 0 ? new WouldBlockError() : new LockTimeoutError();
+      throw opts.wait === 0 ? await this.#notObtained(name) : new LockTimeoutError();
     }
     return { fence: toBigInt(outcome.reply), sent, link: opts.ephemeral ? (used ?? undefined) : undefined };
   }

@@ -70,6 +70,17 @@ export class WouldBlockError extends LockError {
   }
 }
 
+/**
+ * `tryLock` (or `lock` with `wait: 0`): the lock is free, but the server
+ * begins no hold during its quarantine (`lock.max-ttl` after a start or a
+ * promotion). Try again, or wait: the server serves waits when it ends.
+ */
+export class QuarantineError extends LockError {
+  constructor() {
+    super("the server begins no hold during its quarantine (after a start or a promotion): try again");
+  }
+}
+
 /** `lock`: the wait ended before the lock was granted. */
 export class LockTimeoutError extends LockError {
   constructor(message = "timed out waiting for the lock") {

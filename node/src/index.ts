@@ -34,6 +34,7 @@ export {
   type LossReason,
   ModuleNotLoadedError,
   NoQuorumError,
+  QuarantineError,
   UpgradeError,
   WouldBlockError,
 } from "./errors.js";

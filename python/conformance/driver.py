@@ -81,6 +81,14 @@ class Failed(Exception):
         self.kind = kind
 
 
+def refusal(lock: Any, what: str) -> Failed:
+    """What an acquire that came back empty reports: the kind its
+    ``not_acquired_reason`` names (``held``: not-obtained)."""
+    reason = lock.not_acquired_reason
+    kind = {"held": "not-obtained", "timeout": "timeout", "quarantine": "quarantine"}
+    return Failed(kind.get(reason, "not-obtained"), f"{what} ({reason})")
+
+
 class Cancelled(Exception):
     pass
 
@@ -533,10 +541,10 @@ class Sync(Driver):
             if isinstance(lock, redislock.Semaphore):
                 permit = lock.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
                 if permit is None:
-                    raise Failed("timeout" if blocking else "not-obtained", "no permit")
+                    raise refusal(lock, "no permit")
                 record.lock = permit
             elif not lock.acquire(blocking=blocking, blocking_timeout=blocking_timeout):
-                raise Failed("timeout" if blocking else "not-obtained", "not acquired")
+                raise refusal(lock, "not acquired")
             return self.granted(record)
 
         self.run(request, call, worker)
@@ -735,10 +743,10 @@ class Async(Driver):
             if isinstance(lock, redislock.asyncio.Semaphore):
                 permit = await lock.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
                 if permit is None:
-                    raise Failed("timeout" if blocking else "not-obtained", "no permit")
+                    raise refusal(lock, "no permit")
                 record.lock = permit
             elif not await lock.acquire(blocking=blocking, blocking_timeout=blocking_timeout):
-                raise Failed("timeout" if blocking else "not-obtained", "not acquired")
+                raise refusal(lock, "not acquired")
             return self.granted(record)
 
         self.start(request, call())

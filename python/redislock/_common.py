@@ -17,6 +17,29 @@ NOT_OWNER = "not-owner"  # the server refused it (NOTOWNER, or WRONGTYPE over th
 DISCONNECTED = "disconnected"  # an ephemeral hold's own connection closed
 RELEASE_UNCONFIRMED = "release-unconfirmed"  # a release did not complete
 
+# Why an acquisition returned False (``Lock.not_acquired_reason``).
+HELD = "held"  # a single try found another owner holding it
+TIMEOUT = "timeout"  # the wait ran out first
+QUARANTINE = "quarantine"  # free, but the server begins no hold for now: try again
+
+
+def quarantine_left(stats: Any) -> bool:
+    """Whether ``INFO lock`` (a dict as redis-py parses it, or its text)
+    shows the server in its quarantine (``lock_quarantine_ms`` above 0)."""
+    if isinstance(stats, dict):
+        value = stats.get("lock_quarantine_ms", 0)
+    else:
+        if isinstance(stats, bytes):
+            stats = stats.decode(errors="replace")
+        value = 0
+        for line in str(stats).splitlines():
+            if line.strip().startswith("lock_quarantine_ms:"):
+                value = line.strip().split(":", 1)[1]
+    try:
+        return int(value) > 0
+    except (TypeError, ValueError):
+        return False
+
 
 class LockUpgradeError(LockError, ResponseError):
     """A reader asked for the write side of the lock it reads: refused at

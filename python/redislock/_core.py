@@ -36,10 +36,13 @@ from redis.exceptions import (
 from ._common import (
     DISCONNECTED,
     EXPIRED,
+    HELD,
     NO_TIMEOUT_LEASE,
     NOT_OWNER,
     OTHER_VALUE,
+    QUARANTINE,
     RELEASE_UNCONFIRMED,
+    TIMEOUT,
     Budget,
     acquire_args,
     drift_margin,
@@ -49,6 +52,7 @@ from ._common import (
     own_hold,
     owned_by,
     parse_info,
+    quarantine_left,
     seconds_to_ms,
     translate,
 )
@@ -407,6 +411,16 @@ class LockCore:
         return None if hold is None else hold.check()
 
     @property
+    def not_acquired_reason(self) -> Optional[str]:
+        """Why this thread's last ``acquire`` returned False: ``held`` (a
+        single try found another owner holding it), ``timeout`` (the wait
+        ran out), or ``quarantine`` (the lock is free but the server begins
+        no hold during its quarantine, ``lock.max-ttl`` after a start or a
+        promotion: try again, or wait, which it serves when that ends). None
+        after an acquisition that succeeded."""
+        return getattr(self.local, "refused", None)
+
+    @property
     def held(self) -> bool:
         """True while this thread holds the lock as far as the client knows:
         acquired, not released, not lost, its deadline not passed. (``owned()``
@@ -550,24 +564,29 @@ class LockCore:
         # handle, the other): the server counts a grant as a reentry, which
         # an interrupted acquire must not release.
         known = reentry or token == self._owner_token()
+        self.local.refused = None
         while True:
             sent = time.monotonic()
+            wait = budget.wait(sent)
             try:
-                fence = yield from self._granting(token, budget.wait(sent), known)
+                fence = yield from self._granting(token, wait, known)
             except ResponseError as e:
                 if not is_wrongtype(e):
                     raise translate(e, self.name) from None
                 # Taken, in redis-py's terms, by a value the server queues
                 # nobody on: try again later, as redis-py polls.
                 if not budget.again(time.monotonic(), sleep):
-                    return False
+                    return self._refused(HELD if wait is None else TIMEOUT)
                 yield Sleep(sleep)
                 continue
             binding = None
             if self.ephemeral:
                 fence, binding = fence
             if fence is None:
-                return False
+                if wait is not None:
+                    return self._refused(TIMEOUT)
+                reason = yield from self._why_refused()
+                return self._refused(reason)
             try:
                 if not reentry and needs_confirmation(time.monotonic() - sent, self.lease):
                     sent = time.monotonic()
@@ -580,7 +599,7 @@ class LockCore:
                             binding = None
                         if budget.again(time.monotonic()):
                             continue
-                        return False
+                        return self._refused(TIMEOUT)
             except GeneratorExit:
                 raise
             except BaseException:
@@ -596,6 +615,23 @@ class LockCore:
                 return True
             yield from self._adopt(token, int(fence), sent, binding)
             return True
+
+    def _refused(self, reason: str) -> bool:
+        """``acquire``'s False, its reason kept for this thread."""
+        self.local.refused = reason
+        return False
+
+    def _why_refused(self) -> Steps:
+        """Why a single try was answered nil: ``quarantine`` if the lock is
+        free and the server is in its quarantine, else ``held`` (also when
+        the question itself fails)."""
+        try:
+            if (yield from self._call("LOCK.INFO", self.name)) is not None:
+                return HELD
+            stats = yield from self._call("INFO", "lock")
+        except (ResponseError, ConnectionError, TimeoutError, OSError):
+            return HELD
+        return QUARANTINE if quarantine_left(stats) else HELD
 
     def _unbinding(self, binding: Any) -> Steps:
         yield Unbind(binding)

@@ -11,6 +11,7 @@ permit whose holder dies ends with its lease. A transport module subclasses
 these with its own ``Lock`` class (``_Lock``) and its own ``acquire``.
 """
 
+import threading
 from typing import Any, Callable, Optional
 
 from ._common import shared_mode
@@ -107,6 +108,15 @@ class SemaphoreBase:
         self.blocking_timeout = blocking_timeout
         self.auto_renewal = auto_renewal
         self.on_lost = on_lost
+        # Why this thread's last acquire came back without a permit.
+        self._refusal = threading.local()
+
+    @property
+    def not_acquired_reason(self) -> Optional[str]:
+        """Why this thread's last ``acquire`` returned None: ``held`` (a
+        single try found every permit taken), ``timeout`` or ``quarantine``
+        (as ``Lock.not_acquired_reason``); None after it returned a permit."""
+        return getattr(self._refusal, "reason", None)
 
     def _permit(self) -> Any:
         permit = self._Lock(

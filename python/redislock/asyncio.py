@@ -473,4 +473,5 @@ class Semaphore(SemaphoreBase):
         behind."""
         permit = self._permit()
         acquired = await permit.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
+        self._refusal.reason = permit.not_acquired_reason
         return permit if acquired else None

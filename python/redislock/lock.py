@@ -512,4 +512,5 @@ class Semaphore(SemaphoreBase):
         semaphore's."""
         permit = self._permit()
         acquired = permit.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
+        self._refusal.reason = permit.not_acquired_reason
         return permit if acquired else None

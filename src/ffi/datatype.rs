@@ -359,6 +359,13 @@ impl StoredLock {
         Some(unsafe { &mut (*(self as *mut StoredLock).cast::<SharedLock>()).holds })
     }
 
+    /// Whether `owner` holds this exclusive value: the stored owner,
+    /// unpacked on the stack if it is packed, against `owner`, nothing
+    /// copied to the heap. False for a shared value.
+    pub fn owned_by(&self, owner: &[u8]) -> bool {
+        self.form() != SHARED && *self.owner() == *owner
+    }
+
     /// The owner token (empty for a shared value: no owner is empty).
     pub fn owner(&self) -> OwnerBytes<'_> {
         match self.form() {

@@ -67,8 +67,8 @@ use crate::ffi::{select_db, selected_db};
 use redislock_core::error::LockError;
 use redislock_core::handoff::{Deadlines, Engine, Gate, Timer};
 use redislock_core::holds::{Holds, Mode};
-use redislock_core::lock::{Hold, Lock};
-use redislock_core::orchestrate::{self, Event, Host, Lease, Nil, Removal};
+use redislock_core::lock::Hold;
+use redislock_core::orchestrate::{self, Event, Host, Lease, Nil, Read, Removal, Stored, Write};
 use redislock_core::queue::LockName;
 use redislock_core::{cluster, fence, stats};
 
@@ -305,34 +305,8 @@ impl<'c> Host for Server<'c> {
         key.now()
     }
 
-    fn current<'k>(&self, key: &'k LockKey<'c>) -> Result<Option<Lock<'k>>, LockError> {
-        key.current()
-    }
-
-    fn take_holds(&mut self, key: &mut LockKey<'c>) -> Result<Option<Holds>, LockError> {
-        key.take_holds()
-    }
-
-    fn is_shared(&self, key: &LockKey<'c>) -> bool {
-        key.is_shared()
-    }
-
-    fn write_holds(&mut self, key: &mut LockKey<'c>, mut holds: Holds, event: Event) {
-        let changes = holds.take_changes();
-        if !changes.is_empty() {
-            latency::holds_changed(&changes);
-        }
-        let none_left = holds.is_empty();
-        key.put_holds(holds, &changes);
-        if changes.is_empty() {
-            return;
-        }
-        if none_left {
-            return self.remove(key, orchestrate::removal(event));
-        }
-        if let Some(name) = event_name(event) {
-            key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
-        }
+    fn read(&mut self, key: &mut LockKey<'c>, how: Read<'_>) -> Result<Stored, LockError> {
+        key.read(how)
     }
 
     fn expires_at(&self, key: &LockKey<'c>) -> Option<u64> {
@@ -343,36 +317,10 @@ impl<'c> Host for Server<'c> {
         key.stored().ok().flatten().map(|stored| stored.lease())
     }
 
-    fn write(
-        &mut self,
-        key: &mut LockKey<'c>,
-        owner: &[u8],
-        hold: Hold,
-        lease: Lease,
-        event: Event,
-    ) {
-        if event == Event::HandOver {
-            key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
-        }
-        // A fresh hold (granted, or handed over in place) begins, and
-        // ends the one it replaces; a fence raised goes on; other changes
-        // keep the fence.
-        let tracked = matches!(event, Event::Acquire | Event::HandOver | Event::Fence)
-            .then(|| Tracked::before(key));
-        let raised = (event == Event::Fence)
-            .then(|| {
-                key.current()
-                    .ok()
-                    .flatten()
-                    .map(|lock| (lock.hold.fence, hold.fence))
-            })
-            .flatten();
-        key.apply(owner, hold, lease);
-        if let Some(tracked) = tracked {
-            tracked.after(key, raised);
-        }
-        if let Some(name) = event_name(event) {
-            key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
+    fn write(&mut self, key: &mut LockKey<'c>, holds: Write<'_>, event: Event) {
+        match holds {
+            Write::One { owner, hold, lease } => write_one(key, owner, hold, lease, event),
+            Write::Listed(holds) => self.write_listed(key, holds, event),
         }
     }
 
@@ -404,6 +352,12 @@ impl<'c> Host for Server<'c> {
 
     fn raise_fences(&mut self, fence: u64) {
         fence::observe(fence);
+    }
+
+    fn refenced(&mut self, target: &RedisString, owner: &[u8], from: u64, to: u64) {
+        if ephemeral::any() {
+            ephemeral::refenced(self.ctx, target, owner, from, to);
+        }
     }
 
     fn is_writer(&self) -> bool {
@@ -501,6 +455,57 @@ impl<'c> Host for Server<'c> {
 }
 
 /// The keyspace event a change is announced with, if any.
+impl<'c> Server<'c> {
+    /// [`Host::write`] of listed holds: put back, and when they changed,
+    /// recorded for the hold-time histogram, sent as each changed owner's
+    /// hold, announced; a lock left with none goes.
+    fn write_listed(&mut self, key: &mut LockKey<'c>, mut holds: Holds, event: Event) {
+        let changes = holds.take_changes();
+        if !changes.is_empty() {
+            latency::holds_changed(&changes);
+        }
+        let none_left = holds.is_empty();
+        key.put_holds(holds, &changes);
+        if changes.is_empty() {
+            return;
+        }
+        if none_left {
+            return self.remove(key, orchestrate::removal(event));
+        }
+        if let Some(name) = event_name(event) {
+            key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
+        }
+    }
+}
+
+/// [`Host::write`] of one exclusive hold: stored (and replicated), its
+/// begin and end recorded for the hold-time histogram, announced.
+fn write_one(key: &mut LockKey<'_>, owner: &[u8], hold: Hold, lease: Lease, event: Event) {
+    if event == Event::HandOver {
+        key.notify(raw::REDISMODULE_NOTIFY_MODULE, c"lock.release");
+    }
+    // A fresh hold (granted, or handed over in place) begins, and
+    // ends the one it replaces; a fence raised goes on; other changes
+    // keep the fence.
+    let tracked = matches!(event, Event::Acquire | Event::HandOver | Event::Fence)
+        .then(|| Tracked::before(key));
+    let raised = (event == Event::Fence)
+        .then(|| {
+            key.stored()
+                .ok()
+                .flatten()
+                .map(|stored| (stored.fence(), hold.fence))
+        })
+        .flatten();
+    key.apply(owner, hold, lease);
+    if let Some(tracked) = tracked {
+        tracked.after(key, raised);
+    }
+    if let Some(name) = event_name(event) {
+        key.notify(raw::REDISMODULE_NOTIFY_MODULE, name);
+    }
+}
+
 fn event_name(event: Event) -> Option<&'static std::ffi::CStr> {
     Some(match event {
         Event::Acquire | Event::HandOver => c"lock.acquire",

@@ -1,20 +1,21 @@
-//! Opening a lock key, showing it to the core as a [`Lock`], writing decisions back, and
+//! Opening a lock key, showing its holds to the core ([`Stored`]), writing decisions back, and
 //! sending each change to replicas and the AOF as an effect.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::ffi::datatype::{self, raw_type, OwnerBytes, StoredLock, LEASE_UNKNOWN};
+use crate::ffi::datatype::{self, raw_type, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::latency::{self, HoldEnds};
 use crate::ffi::lease_clock::{from_wall, to_wall};
 use crate::ffi::{now_ms, propagation};
 use redislock_core::args::ShareChange;
 use redislock_core::error::LockError;
 use redislock_core::holds::{Changes, Holder, Holds, Mode};
-use redislock_core::lock::{self, Hold, Lock};
+use redislock_core::lock::{self, Hold};
+use redislock_core::orchestrate::{Read, Stored};
 use redislock_core::stats;
 
 /// `RedisModule_Replicate`'s type.
@@ -59,9 +60,6 @@ pub struct LockKey<'a> {
     /// (its clock, the lock's lease); only this key's own writes change it
     /// while it is open, and they keep this up to date.
     expiry: Cell<Option<Option<u64>>>,
-    /// Owners [`LockKey::current`] unpacked (a packed owner has no text in
-    /// the value for its `Lock` to borrow), kept while the key is open.
-    owner_texts: RefCell<Vec<Box<[u8]>>>,
 }
 
 /// The key's name: the caller's, or one the key keeps alive itself (the
@@ -122,7 +120,6 @@ impl<'a> LockKey<'a> {
             key,
             in_command,
             expiry: Cell::new(None),
-            owner_texts: RefCell::new(Vec::new()),
         }
     }
 
@@ -198,39 +195,35 @@ impl<'a> LockKey<'a> {
                 == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
     }
 
-    /// The lock here as the core sees it: owner borrowed from the value; the
-    /// hold ends at the earlier of its stored lease and the key's expiry.
-    pub fn current(&self) -> Result<Option<Lock<'_>>, LockError> {
-        let Some(stored) = self.stored()? else {
-            return Ok(None);
+    /// The holds here as the core reads them ([`Read`]): an exclusive
+    /// hold stored compactly is shown as its numbers, its lease ending at
+    /// the earlier of the stored one and the key's expiry, and whether the
+    /// owner asked about holds it (compared with the stored form, nothing
+    /// copied to the heap); listed holds are taken out
+    /// ([`LockKey::take_holds`]) and must be put back.
+    pub fn read(&mut self, how: Read<'_>) -> Result<Stored, LockError> {
+        let value = self.value_ptr()?;
+        // SAFETY: the key's live value, borrowed no longer than this call
+        // (nothing below changes the key).
+        let Some(stored) = (unsafe { value.as_ref() }) else {
+            return Ok(match how {
+                Read::Listed => Stored::Listed(Holds::free()),
+                Read::Mine(_) | Read::AsStored => Stored::Free,
+            });
         };
-        // A shared lock shows as held by nobody (no owner is empty), so a
-        // path that knows only exclusive holds finds it busy, never its own.
-        let owner = match stored.owner() {
-            OwnerBytes::Stored(bytes) => bytes,
-            OwnerBytes::Unpacked(text) => self.keep_text(&text),
-        };
-        Ok(Some(Lock {
-            owner,
-            hold: Hold {
-                count: stored.count(),
-                fence: stored.fence(),
-                expires_at: lock::lease_end(stored.lease(), self.expires_at()),
-            },
-        }))
-    }
-
-    /// `text` kept as long as the key is open (the last one kept is reused
-    /// when it is the same).
-    fn keep_text(&self, text: &[u8]) -> &[u8] {
-        let mut texts = self.owner_texts.borrow_mut();
-        if texts.last().is_none_or(|last| **last != *text) {
-            texts.push(text.into());
+        if stored.shared().is_some() || how == Read::Listed {
+            return Ok(Stored::Listed(self.take_holds()?.unwrap_or_default()));
         }
-        let kept: *const [u8] = texts.last().map_or(&[][..], |last| &**last);
-        // SAFETY: the boxes are never changed nor dropped before the key
-        // is (only pushed to), so the bytes outlive this borrow of `self`.
-        unsafe { &*kept }
+        let mine = match how {
+            Read::Mine(owner) => stored.owned_by(owner),
+            Read::AsStored | Read::Listed => false,
+        };
+        let hold = Hold {
+            count: stored.count(),
+            fence: stored.fence(),
+            expires_at: lock::lease_end(stored.lease(), self.expires_at()),
+        };
+        Ok(Stored::One { hold, mine })
     }
 
     /// The holds here in plain numbers ([`HoldEnds`]).
@@ -242,11 +235,6 @@ impl<'a> LockKey<'a> {
             Ok(Some(value)) => HoldEnds::Many(value.hold_ends()),
             _ => HoldEnds::Free,
         }
-    }
-
-    /// Whether the key holds a shared lock.
-    pub fn is_shared(&self) -> bool {
-        matches!(self.stored(), Ok(Some(stored)) if stored.shared().is_some())
     }
 
     /// The holds here, of either mode (`None`: free), each ending at the
@@ -275,7 +263,7 @@ impl<'a> LockKey<'a> {
     /// puts them back (nothing reads the key in between). An exclusive
     /// value is read into one holder, its lease ending at the earlier of
     /// the stored one and the key's expiry.
-    pub fn take_holds(&mut self) -> Result<Option<Holds>, LockError> {
+    fn take_holds(&mut self) -> Result<Option<Holds>, LockError> {
         let value = self.value_ptr()?;
         // SAFETY: the key's live value; `&mut self` makes this the only borrow.
         let Some(stored) = (unsafe { value.as_mut() }) else {

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::driver::Driver;
 use crate::harness::*;
 
 #[test]
@@ -98,4 +99,44 @@ fn a_line_that_does_not_parse_is_a_bad_request() {
     d.err_kind("acquire h=a key=k ttl=ten", &["bad-request"]);
     d.err_kind("acquire h=a", &["bad-request"]);
     d.err_kind("status h=nobody", &["bad-request"]);
+}
+
+/// A server that has just become a master (or started) begins no hold for
+/// `lock.max-ttl` ms (its quarantine): a try then is refused as
+/// `quarantine` (try again), not as held, for a lock and for a permit; a
+/// wait queues and is granted when the quarantine ends.
+#[test]
+fn a_try_during_the_quarantine_is_refused_as_quarantine_and_a_wait_is_served_after_it() {
+    const QUARANTINE_MS: i64 = 5_000;
+    // A replica of nothing, promoted once the driver is connected: the
+    // quarantine starts then, however long the driver took to start.
+    let server = Server::builder()
+        .config("lock.max-ttl", QUARANTINE_MS)
+        .config("replicaof", "127.0.0.1 1")
+        .start();
+    let mut d = Driver::connected(&server);
+    let _: () = server.q(&["REPLICAOF", "NO", "ONE"]);
+    let left = server.info_int("lock", "lock_quarantine_ms");
+    assert!(
+        left > 1_000,
+        "the promotion started no quarantine: {left} ms left"
+    );
+    d.err_kind("acquire h=a key=k ttl=5000", &["quarantine"]);
+    d.err_kind(
+        "acquire h=p key=s kind=permit limit=2 ttl=5000",
+        &["quarantine"],
+    );
+    assert!(server.lock_info("k").is_none() && server.lock_info("s").is_none());
+    let id = d.send("acquire h=w key=k ttl=5000 wait=20000");
+    let reply = d.reply(id);
+    assert!(reply.ok, "{:?}", reply.line);
+    assert_eq!(
+        server.info_int("lock", "lock_quarantine_ms"),
+        0,
+        "granted before the quarantine ended"
+    );
+    d.ok("release h=w");
+    d.ok("acquire h=b key=k ttl=5000");
+    d.ok("release h=b");
+    d.no_leaks(Duration::from_secs(5));
 }

@@ -141,8 +141,17 @@ public final class LockClient implements AutoCloseable {
     if (interruptible && Thread.interrupted()) {
       throw new InterruptedException();
     }
-    if (!opts.waits() && !opts.isEphemeral()) {
-      return tryOnShared(key, owner, kind, opts, interruptible);
+    if (!opts.isEphemeral()) {
+      // A free lock nobody waits for is granted at once on the shared
+      // connection; a busy one answers nil (the server lets nobody in ahead
+      // of its waiters), and a wait then queues on a dedicated connection.
+      Hold h = grantOnShared(key, owner, kind, opts, interruptible);
+      if (h != null) {
+        return h;
+      }
+      if (!opts.waits()) {
+        throw notObtained(key);
+      }
     }
     return onDedicated(key, owner, kind, opts, interruptible);
   }
@@ -238,8 +247,8 @@ public final class LockClient implements AutoCloseable {
 
   // ------------------------------------------------------------------ acquire paths
 
-  /** A try on the shared connection. */
-  private Hold tryOnShared(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
+  /** One attempt on the shared connection: the hold, or null if the server answered nil. */
+  private Hold grantOnShared(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
       throws InterruptedException {
     long sent = System.nanoTime();
     CompletableFuture<Long> f = Protocol.acquire(t.shared, key, owner, opts.ttlMs(), kind, false, LockOptions.NO_WAIT);
@@ -261,7 +270,7 @@ public final class LockClient implements AutoCloseable {
       throw Protocol.map(e);
     }
     if (fence == null) {
-      throw notObtained(key);
+      return null;
     }
     return new Hold(t, key, owner, kind, fence, opts.ttlMs(), sent, opts.watchdog(), null);
   }
