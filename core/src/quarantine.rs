@@ -7,8 +7,10 @@
 //! of at most `lock.max-ttl`. Once the quarantine is over, every such lease
 //! has ended, so granting again cannot give a lock to a second live holder.
 //! A master cut off from its replicas may go on granting after it was
-//! replaced, until Redis's `min-replicas-max-lag` makes it refuse writes:
-//! a promoted node waits that long too, so those grants have ended as well.
+//! replaced, until its replicas gate (`partition`) refuses: no later than
+//! `min-replicas-max-lag`, counted in ms, after the last marker a replica
+//! received, which was before the cut and so before the promotion. A
+//! promoted node waits that lag too, so those grants have ended as well.
 //!
 //! Pure: time is the monotonic clock in ms, passed in (a wall clock that
 //! jumps must not shorten the quarantine).
@@ -67,9 +69,9 @@ pub struct Quarantine {
 impl Quarantine {
     /// `cause` happened at `now` with the configs `mode` and `max_ttl_ms`
     /// (0: no cap, so no quarantine), and `lag_ms`, how long an isolated
-    /// master may still grant after its replicas last answered
-    /// (`min-replicas-max-lag` in ms; 0 when Redis does not refuse writes
-    /// for lack of replicas), which a promotion adds. Returns whether one
+    /// master may still grant after the last marker its replicas received
+    /// (`min-replicas-max-lag` in ms, as the replicas gate enforces it; 0
+    /// when the gate does not ask for replicas), which a promotion adds. Returns whether one
     /// (re)started; a running one only ever gets longer.
     pub fn begin(
         &mut self,
@@ -87,10 +89,11 @@ impl Quarantine {
         if !applies || max_ttl_ms == 0 {
             return false;
         }
-        // A hold granted up to `now` (up to `now + lag_ms` by a master that
-        // lost its replicas and was replaced) with a lease of at most
-        // `max_ttl_ms` runs through that plus `max_ttl_ms`: it has ended one
-        // ms later. A restart replaced nobody: its old self is gone.
+        // A hold granted up to `now` (before `now + lag_ms` by a master
+        // that lost its replicas before `now` and was replaced) with a
+        // lease of at most `max_ttl_ms` runs through that plus
+        // `max_ttl_ms`: it has ended one ms later. A restart replaced
+        // nobody: its old self is gone.
         let lag_ms = match cause {
             Cause::Promotion => lag_ms,
             Cause::Start => 0,

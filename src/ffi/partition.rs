@@ -1,21 +1,25 @@
 //! The replicas gate's glue ([`redislock_core::partition`]): Redis's
 //! `min-replicas-to-write` / `min-replicas-max-lag`, read from the server,
-//! and the marker write that proves replicas follow this master.
+//! the probes and their markers, and the monotonic clock the gate counts on.
 //!
-//! Cost: nothing on the command path but a cached flag. The settings are
-//! read at load and when a `CONFIG SET` changes them (the config event);
-//! `INFO replication` is read only while they are set, at each server cron
-//! ([`refresh`], from `ffi::events`: Redis recounts its good replicas in its
-//! replication cron, which runs just before the module cron event of the
-//! same tick) and when a replica comes, goes or the role changes (the only
-//! other times Redis recounts).
-//! So the cached answer is never older than Redis's own. The marker is
-//! followed by `REPLCONF GETACK *` to the replicas, so the proof comes back
-//! in a round trip rather than at their next once-a-second acknowledgement.
+//! Cost, and only while both settings are on (else nothing but a cached
+//! flag): a command or a hand-off reads a cached deadline and the monotonic
+//! clock. At each server cron tick ([`refresh`], called by `ffi::events`;
+//! and when a replica comes, goes or the role changes) the glue reads
+//! `INFO replication` (the acknowledged offset of each replica) and, at
+//! most once per tick and once per sixteenth of the lag, takes a probe: it replicates a `PING` (to the replicas only, not the
+//! AOF: 14 bytes, which a replica applies as nothing) followed by `REPLCONF
+//! GETACK *` (as `WAIT` sends), so each replica answers with an offset past
+//! the probe within a round trip instead of at its next once-a-second
+//! acknowledgement. At Redis's default `hz 10` and a lag of 1 s that is ten
+//! probes a second: about 50 bytes to each replica and an acknowledgement
+//! back. A replica that follows is then always counted within about two
+//! ticks; keep `hz` at 10 or above with a lag of 1 s.
 
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use redis_module::{logging, raw, Context, RedisValue};
@@ -23,28 +27,44 @@ use redis_module::{logging, raw, Context, RedisValue};
 use crate::ffi::{
     config, context_flags, create_timer, guard, subscribe_to_server_event, writes_paused,
 };
-use redislock_core::fence;
 use redislock_core::partition::{self, Action, Partition, Settings, View};
 
 thread_local! {
     /// The gate (main thread only).
     static GATE: Cell<Partition> = Cell::new(Partition::default());
+    /// The gate's deadline on [`mono_ms`], copied out of [`GATE`] so that
+    /// the hot path reads one word (`u64::MAX`: the settings are off).
+    static OPEN_UNTIL: Cell<u64> = const { Cell::new(u64::MAX) };
     /// A marker timer is armed.
     static MARKER_ARMED: Cell<bool> = const { Cell::new(false) };
     /// What the last log line said about partition safety, so a `CONFIG SET`
     /// of something else logs nothing: (max-ttl, never, settings).
     static LOGGED: Cell<Option<(u64, bool, Settings)>> = const { Cell::new(None) };
-    /// When Redis last counted enough replicas while the gate was shut (the
-    /// marker was asked for): the log says how long the proof then took.
-    static COUNTED_SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Whether the gate was open at the last look, and since when (ms) it
+    /// was shut: the log notes each change.
+    static WAS_OPEN: Cell<bool> = const { Cell::new(true) };
+    static SHUT_SINCE: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Whether the replicas let the module grant and take fresh lock commands.
+/// Milliseconds on the monotonic clock since the module loaded: what the
+/// probes and the gate count on (a step of the wall clock moves nothing).
+/// Both ends truncate, which only shuts the gate sooner: a grant at `now`
+/// passes only if `now < probe + lag` in whole ms.
+fn mono_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let elapsed = START.get_or_init(Instant::now).elapsed().as_millis();
+    u64::try_from(elapsed).unwrap_or(u64::MAX)
+}
+
+/// Whether the replicas let the module grant and take fresh lock commands
+/// now.
 pub fn open() -> bool {
-    GATE.get().open()
+    let until = OPEN_UNTIL.get();
+    until == u64::MAX || mono_ms() < until
 }
 
-/// `min-replicas-max-lag` in ms while both settings are on, else 0.
+/// How long a master cut off from its replicas may still grant, in ms: the
+/// lag while both settings are on, else 0. A promotion's quarantine adds it.
 pub fn lag_ms() -> u64 {
     GATE.get().settings().lag_ms()
 }
@@ -91,6 +111,10 @@ pub fn reconfigure(ctx: *mut raw::RedisModuleCtx) {
     if gate.settings() != settings || LOGGED.get().is_none() {
         gate.configure(settings);
         GATE.set(gate);
+        OPEN_UNTIL.set(gate.open_until());
+        // New settings start shut (or open, without them) silently.
+        WAS_OPEN.set(gate.open(mono_ms()));
+        SHUT_SINCE.set(mono_ms());
     }
     log_safety();
     refresh(ctx);
@@ -123,89 +147,80 @@ pub fn log_safety() {
 }
 
 /// Reads `INFO replication` (only while the settings are on) and moves the
-/// gate; arms the marker write if it asks for one.
+/// gate; arms the marker if a probe was taken.
 pub fn refresh(ctx: *mut raw::RedisModuleCtx) {
     let mut gate = GATE.get();
     if !gate.settings().active() {
         return;
     }
+    // The time first: a probe's offset must be read no earlier than its
+    // time, so that every byte past it was written after that time.
+    let now = mono_ms();
     let view = read_view(ctx);
-    let was_open = gate.open();
-    let action = gate.observe(&view);
+    let deadline = gate.open_until();
+    let action = gate.observe(&view, now);
     GATE.set(gate);
-    let redis_refuses = !view.master || view.good < gate.settings().min_replicas;
-    log_transition(was_open, gate.open(), action, redis_refuses);
-    if let Action::WriteMarker { target } = action {
-        if !MARKER_ARMED.replace(true) {
-            let data = target as usize as *mut c_void;
-            if create_timer(ctx, 0, write_marker, data) == 0 {
-                MARKER_ARMED.set(false);
-            }
-        }
+    OPEN_UNTIL.set(gate.open_until());
+    log_transition(&gate, deadline, now);
+    if action == Action::WriteMarker
+        && !MARKER_ARMED.replace(true)
+        && create_timer(ctx, 0, write_marker, ptr::null_mut()) == 0
+    {
+        MARKER_ARMED.set(false);
     }
 }
 
 /// Logs the gate shutting and opening again: rare (a partition, a replica
-/// restart, a promotion), and what an operator wants to see next to
-/// Sentinel's log. The time from Redis counting enough replicas again to
-/// their proof is time the module refused what Redis would have taken; a
-/// count that falls again before any proof (a replaced master's late
-/// acknowledgements after a heal) is logged too, with how long it lasted.
-fn log_transition(was_open: bool, open: bool, action: Action, redis_refuses: bool) {
-    let counted = COUNTED_SINCE.get();
-    if matches!(action, Action::WriteMarker { .. }) && counted.is_none() {
-        COUNTED_SINCE.set(Some(Instant::now()));
+/// restart or pause, a promotion), and what an operator wants to see next
+/// to Sentinel's log.
+fn log_transition(gate: &Partition, deadline: u64, now: u64) {
+    let open = gate.open(now);
+    if WAS_OPEN.replace(open) == open {
+        return;
     }
-    if was_open && !open {
-        COUNTED_SINCE.set(None);
-        logging::log_notice(
-            "lock: too few replicas follow this master: no grants and no fresh \
-             lock commands until enough of them acknowledge a write made after this",
-        );
-    } else if !was_open && open {
-        let ms = COUNTED_SINCE
-            .take()
-            .map_or(0, |since| since.elapsed().as_millis());
+    let lag = gate.settings().lag_ms();
+    if open {
+        let shut_ms = now.saturating_sub(SHUT_SINCE.get());
         logging::log_notice(format!(
-            "lock: replicas follow this master again ({ms} ms after Redis counted \
-             them good): grants resume"
+            "lock: enough replicas acknowledged within {lag} ms again: grants resume \
+             (shut for about {shut_ms} ms)"
         ));
-    } else if redis_refuses {
-        if let Some(since) = COUNTED_SINCE.take() {
-            logging::log_notice(format!(
-                "lock: replicas Redis counted good for {} ms never acknowledged the \
-                 marker (late acknowledgements to a replaced master?): the module \
-                 refused lock commands and grants meanwhile",
-                since.elapsed().as_millis()
-            ));
-        }
+    } else {
+        // Shut since the deadline of the last look passed (the cut plus
+        // the lag, at the latest), or now when Redis refused first.
+        let since = deadline.min(now);
+        SHUT_SINCE.set(since);
+        logging::log_notice(format!(
+            "lock: fewer replicas than min-replicas-to-write acknowledged a probe \
+             within {lag} ms (shut since {} ms): no grants and no fresh lock commands \
+             until they do",
+            now.saturating_sub(since)
+        ));
     }
 }
 
-/// Replicates the marker (a timer: event callbacks do not propagate), unless
-/// writes are paused or this is no longer a master: the next cron asks again.
-extern "C" fn write_marker(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+/// Replicates the probe's marker (a timer: event callbacks do not
+/// propagate), unless writes are paused or this is no longer a master: the
+/// probe then waits for the next marker, which proves it as well.
+extern "C" fn write_marker(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard("replicas marker", (), || {
         MARKER_ARMED.set(false);
         let master = context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
         if writes_paused() || !master {
             return;
         }
-        let target = data as usize as u64;
-        // Harmless to apply: a replica's counter is at least this already,
-        // or gets higher fences from it.
-        let last = i64::try_from(fence::last().max(1)).unwrap_or(i64::MAX);
-        // SAFETY: "l" takes one long long; a timer's context may replicate.
+        // Any bytes do: a `PING` is what Redis itself sends its replicas to
+        // keep the link alive, and a replica applies it as nothing. "A"
+        // keeps it out of the AOF.
+        // SAFETY: no arguments after the flags; a timer's context may
+        // replicate.
         unsafe {
-            raw::RedisModule_Replicate
-                .map(|f| f(ctx, c"LOCK.LASTFENCE".as_ptr(), c"l".as_ptr(), last));
+            raw::RedisModule_Replicate.map(|f| f(ctx, c"PING".as_ptr(), c"A".as_ptr()));
         }
-        let mut gate = GATE.get();
-        gate.marker_written(target);
-        GATE.set(gate);
         // Replicas acknowledge once a second on their own; asking now makes
         // the proof a round trip. Its own timer, so that it is not wrapped
-        // with the marker in a MULTI.
+        // with the marker in a MULTI (a replica answers a GETACK inside one
+        // with the offset before the whole block).
         create_timer(ctx, 0, ask_for_acks, ptr::null_mut());
     });
 }

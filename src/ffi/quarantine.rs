@@ -34,7 +34,8 @@ fn mono_ms() -> u64 {
 /// `cause` happened now: start the quarantine if the configs say so.
 ///
 /// `lag_ms`: how long a master cut off from its replicas may still grant
-/// (`min-replicas-max-lag`, see `ffi::partition`), which a promotion adds.
+/// (`min-replicas-max-lag` in ms, as `ffi::partition` enforces it), which a
+/// promotion adds.
 fn begin(cause: Cause, lag_ms: u64) {
     let mut q = QUARANTINE.get();
     // `mono_ms` truncates: count from the next whole millisecond, so the

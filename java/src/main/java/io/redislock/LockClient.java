@@ -141,10 +141,13 @@ public final class LockClient implements AutoCloseable {
     if (interruptible && Thread.interrupted()) {
       throw new InterruptedException();
     }
-    if (!opts.isEphemeral()) {
+    if (!opts.isEphemeral() && (!opts.waits() || kind.limit() == 0)) {
       // A free lock nobody waits for is granted at once on the shared
       // connection; a busy one answers nil (the server lets nobody in ahead
       // of its waiters), and a wait then queues on a dedicated connection.
+      // A semaphore's permit waits there at once: a semaphore is usually
+      // full when asked (that is what it is for), and the try would cost
+      // each of those waits a round trip.
       Hold h = grantOnShared(key, owner, kind, opts, interruptible);
       if (h != null) {
         return h;
