@@ -11,7 +11,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 
 use crate::ffi::host::{self, Server};
 use crate::ffi::key::{Access, LockKey};
-use crate::ffi::{clock, config, ephemeral, guard, now_ms, partition, Args};
+use crate::ffi::{config, ephemeral, guard, lease_clock, now_ms, partition, Args};
 use redislock_core::args;
 use redislock_core::error::LockError;
 use redislock_core::holds::{Holder, Holds, Mode};
@@ -257,12 +257,12 @@ pub fn apply(ctx: &Context, input: &Args) -> RedisResult {
 /// A `LOCK.APPLY`'s times (wall clock, unix ms) on the lease clock.
 fn from_wall_applied(applied: args::Applied<'_>) -> args::Applied<'_> {
     let holder = |mut h: Holder| {
-        h.hold.expires_at = clock::from_wall(h.hold.expires_at);
-        h.since = clock::from_wall(h.since);
+        h.hold.expires_at = lease_clock::from_wall(h.hold.expires_at);
+        h.since = lease_clock::from_wall(h.since);
         h
     };
     match applied {
-        args::Applied::Lease(at) => args::Applied::Lease(clock::from_wall(at)),
+        args::Applied::Lease(at) => args::Applied::Lease(lease_clock::from_wall(at)),
         args::Applied::Share(args::ShareChange::Share(mode, h)) => {
             args::Applied::Share(args::ShareChange::Share(mode, holder(h)))
         }
@@ -271,7 +271,7 @@ fn from_wall_applied(applied: args::Applied<'_>) -> args::Applied<'_> {
             holds.holders().cloned().map(holder).collect(),
         )),
         args::Applied::Hold(mut req) => {
-            req.expires_at = req.expires_at.map(clock::from_wall);
+            req.expires_at = req.expires_at.map(lease_clock::from_wall);
             args::Applied::Hold(req)
         }
         other => other,

@@ -12,7 +12,7 @@
 //! | `core/` ([`redislock_core::lock`], [`redislock_core::handoff`], [`redislock_core::args`], …) | the logic, pure, time passed in | no |
 //! | `core/` [`redislock_core::orchestrate`] | the sequencing: acquire (grant, park or nil), serve, hand over, revoke, the pump, lease checks; generic over its `Host` trait | no |
 //! | [`commands`] | one handler per command: parse → call the core → reply | safe API |
-//! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`redislock_core::orchestrate`] and blocked clients (`ffi::host`), events, ephemeral holds bound to connections (`ffi::ephemeral`) and ended when they close (`ffi::ephemeral_ends`), configs, the quarantine clock, where waits and holds begin and end (`ffi::latency`) | `unsafe` |
+//! | [`ffi`] | all raw C API use: data type, keys, the `Host` of [`redislock_core::orchestrate`] and blocked clients (`ffi::host`), events, ephemeral holds bound to connections (`ffi::ephemeral`) and ended when they close (`ffi::ephemeral_ends`), configs, the lease clock and the pass that re-bases leases after a wall-clock step (`ffi::lease_clock`, `ffi::lease_rebase`), the quarantine clock, where waits and holds begin and end (`ffi::latency`) | `unsafe` |
 //!
 //! A lock is a key whose value is the module type `redislock`: held
 //! exclusively, its owner, count, fence, lease end and start in one

@@ -26,6 +26,7 @@
 //! | [`histogram`] | latency histograms (log-linear, within 1%) for `INFO lock`'s `wait_usec` and `hold_usec` |
 //! | [`latency`] | how long waits and holds granted here last, recorded in those histograms |
 //! | [`stats`] | counters for `INFO lock` |
+//! | [`planted`] | which clock a host's lease decisions read, and the flaw the model checks plant there (wall time, behind a test-only feature) |
 
 pub mod args;
 pub mod cluster;
@@ -41,6 +42,7 @@ pub mod lock;
 pub mod orchestrate;
 pub mod owner;
 pub mod partition;
+pub mod planted;
 pub mod quarantine;
 pub mod queue;
 pub mod shared_queue;

@@ -12,7 +12,7 @@
 //!
 //! | module | what it models |
 //! |---|---|
-//! | [`server`] | one server: commands, waiters, leases, deletes, flushes, pauses |
+//! | [`server`] | one server: commands, waiters, leases, deletes, flushes, pauses, steps of its wall clock ([`wall_clock`]) |
 //! | [`failover`] | master, lagging replica, failover and restart, with and without the quarantine |
 //! | [`redlock`] | Redlock over 3 servers with crash and restart, with and without the FENCE round |
 //! | [`shared`] | one lock shared by readers, writers or a semaphore's permits, one queue for both modes, with each protection taken out in turn |
@@ -33,6 +33,7 @@ pub mod failover;
 pub mod redlock;
 pub mod server;
 pub mod shared;
+pub mod wall_clock;
 
 /// What one run of the checker found.
 pub struct Report {

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use redislock_model::{failover, redlock, run, server, shared, Report, Search};
+use redislock_model::{failover, redlock, run, server, shared, wall_clock, Report, Search};
 
 /// One check: its label, and the properties it must violate (a model run
 /// without the protection it is built to show).
@@ -17,6 +17,16 @@ fn checks() -> Vec<Check> {
     for (label, bounds) in [
         ("server: 2 clients, long run", server::Bounds::full()),
         ("server: 3 clients", server::Bounds::three_clients()),
+        // A step of the wall clock, either way, at any point of the long
+        // run (without the operator's writes, which end holds their own way).
+        (
+            "server: 2 clients, long run, wall clock steps",
+            server::Bounds {
+                operator_writes: 0,
+                clock_steps: wall_clock::Steps::one_either_way(3),
+                ..server::Bounds::full()
+            },
+        ),
     ] {
         let name = format!("{label} {bounds:?}");
         let label = name.clone();

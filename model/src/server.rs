@@ -33,6 +33,7 @@ use redislock_core::orchestrate::{
 use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
+use crate::wall_clock::{Steps, WallClock};
 use crate::Fence;
 
 /// Owner tokens: client `i` uses `OWNERS[2i]`, and after a reconnect either
@@ -87,6 +88,8 @@ pub struct Bounds {
     /// Clients may also acquire with `EPHEMERAL`: the hold is bound to
     /// the connection it is granted on, and ends when it disconnects.
     pub ephemeral: bool,
+    /// Steps of the server's wall clock (see [`crate::wall_clock`]).
+    pub clock_steps: Steps,
 }
 
 impl Bounds {
@@ -105,6 +108,7 @@ impl Bounds {
             commands: 2,
             same_owner_after_reconnect: false,
             ephemeral: false,
+            clock_steps: Steps::none(),
         }
     }
 
@@ -123,6 +127,7 @@ impl Bounds {
             commands: 3,
             same_owner_after_reconnect: false,
             ephemeral: false,
+            clock_steps: Steps::none(),
         }
     }
 
@@ -141,6 +146,7 @@ impl Bounds {
             commands: 2,
             same_owner_after_reconnect: false,
             ephemeral: false,
+            clock_steps: Steps::none(),
         }
     }
 }
@@ -288,7 +294,10 @@ struct Bound {
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct State {
+    /// The lease clock (elapsed time).
     now: u64,
+    /// The wall clock beside it.
+    wall: WallClock,
     keys: Vec<Slot>,
     /// The server's fence counter (what `fence::issue` keeps globally).
     last_fence: u64,
@@ -357,6 +366,10 @@ pub enum Action {
         ttl: Option<u64>,
     },
     FlushAll,
+    /// The server's wall clock steps by this many ms; no time elapses.
+    StepClock {
+        by: i64,
+    },
     /// Redis's active expiry deletes an expired key.
     ActiveExpire {
         lock: u8,
@@ -431,7 +444,7 @@ impl Host for Server<'_> {
     }
 
     fn now(&self) -> u64 {
-        self.s.now
+        self.s.wall.for_leases(self.s.now)
     }
 
     fn lock_name(&self, lock: &usize) -> LockName {
@@ -451,7 +464,7 @@ impl Host for Server<'_> {
 
     /// Opening expired a key past its time: now is never past a key's.
     fn key_now(&self, _: &usize) -> u64 {
-        self.s.now
+        self.now()
     }
 
     fn expires_at(&self, lock: &usize) -> Option<u64> {
@@ -605,7 +618,7 @@ impl Host for Server<'_> {
 
     fn arm_lease_check(&mut self, timer: Timer) {
         let Timer { name, at, delay_ms } = timer;
-        debug_assert_eq!(at, self.s.now + delay_ms);
+        debug_assert_eq!(at, self.now() + delay_ms);
         self.s.arm(Armed::Lease {
             lock: lock_index(&name) as u8,
             at,
@@ -1028,6 +1041,7 @@ impl Model for ServerModel {
         let b = &self.bounds;
         vec![State {
             now: 0,
+            wall: WallClock::default(),
             keys: vec![Slot::Empty; b.locks],
             last_fence: 0,
             engine: Engine::default(),
@@ -1182,6 +1196,10 @@ impl Model for ServerModel {
         } else {
             actions.push(Action::Resume);
         }
+        // The wall clock, whatever the server is doing.
+        for by in s.wall.steps(&b.clock_steps, s.now) {
+            actions.push(Action::StepClock { by });
+        }
         if s.now < b.horizon && !s.urgent() {
             actions.push(Action::Tick);
         }
@@ -1236,6 +1254,7 @@ impl Model for ServerModel {
                 s.remove(lock as usize);
                 s.key_left(lock as usize);
             }
+            Action::StepClock { by } => s.wall.step(by),
             Action::Pause => {
                 s.paused = true;
                 s.pauses += 1;
@@ -1350,6 +1369,9 @@ impl Model for ServerModel {
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "t={}", self.now)?;
+        if self.wall.offset() != 0 {
+            write!(f, " (wall {})", self.wall.read(self.now))?;
+        }
         if self.paused {
             write!(f, " PAUSED")?;
         }

@@ -13,12 +13,16 @@
 //! - `orchestrate::planted::BARGE_PAST_WAITERS`: `LOCK.ACQUIRE` ignores
 //!   the clients waiting, so a reader asking while a writer waits is
 //!   granted at once beside the readers holding.
+//! - `planted::LEASES_ON_WALL_CLOCK`: the server's lease decisions read its
+//!   wall clock instead of the lease clock, so a forward step of the wall
+//!   clock ends a lease early and a second client is granted the lock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redislock_core::orchestrate::planted::{BARGE_PAST_WAITERS, HAND_OVER_PAST_SHARED};
+use redislock_core::planted::LEASES_ON_WALL_CLOCK;
 use redislock_core::shared_queue::planted::SERVE_PAST_A_WRITER;
-use redislock_model::{run, shared, Search};
+use redislock_model::{run, server, shared, wall_clock, Search};
 
 /// Runs the readers-and-a-writer model with `switch` set until `property`
 /// fails; the trace that breaks it.
@@ -63,4 +67,40 @@ fn flaws_planted_in_the_core_are_caught() {
         "no reader is granted before a writer that came earlier",
     );
     assert!(trace.contains("A READER OVERTOOK A WRITER"), "{trace}");
+
+    // The server model with a step of its wall clock, at the bounds of
+    // `server_model_across_a_step_of_the_wall_clock_keeps_every_guarantee`
+    // in models.rs, where every guarantee holds with leases on the lease
+    // clock.
+    let property = "at most one client holds a lock";
+    let model = server::ServerModel {
+        bounds: server::Bounds {
+            operator_writes: 0,
+            clock_steps: wall_clock::Steps::one_either_way(3),
+            ..server::Bounds::quick()
+        },
+    };
+    LEASES_ON_WALL_CLOCK.store(true, Ordering::Relaxed);
+    let report = run(
+        "server, leases on the wall clock",
+        model,
+        Search::Bfs,
+        1,
+        Some(&[property]),
+    );
+    LEASES_ON_WALL_CLOCK.store(false, Ordering::Relaxed);
+    print!("{}", report.summary());
+    let trace = report
+        .counterexample(property)
+        .unwrap_or_else(|| panic!("the checker misses the planted flaw: {}", report.summary()))
+        .to_string();
+    println!("{trace}");
+    // One holds; the wall clock jumps past its lease while no time
+    // elapses; another is granted the lock.
+    let step = trace
+        .find("StepClock { by: 3 }")
+        .unwrap_or_else(|| panic!("no forward step: {trace}"));
+    let first = trace.find("Acquire").unwrap_or(usize::MAX);
+    let last = trace.rfind("Acquire").unwrap_or(0);
+    assert!(first < step && step < last, "{trace}");
 }

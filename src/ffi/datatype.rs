@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{logging, native_types::RedisType, raw, RedisString};
 
-use crate::ffi::clock::{from_wall, to_wall};
+use crate::ffi::lease_clock::{self, from_wall, to_wall};
 use crate::ffi::{expired_held, guard, latency, lock_may_exist, lock_names, now_ms};
 use redislock_core::args::MAX_OWNER_LEN;
 use redislock_core::holds::{Holder, Holds, Mode};
@@ -914,7 +914,8 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             let name = RedisString::string_as_slice(name);
             expired_held::lock_unlinked(db, name);
             // SAFETY: Redis passes a value this type created, alive for the call.
-            crate::ffi::clock::unlinked(db, name, unsafe { value_ref(value) });
+            let lock = unsafe { value_ref(value) };
+            lease_clock::unlinked(db, name, || lock.holds());
         }
     });
 }

@@ -13,7 +13,9 @@
 //! ended while held. (3) At the end of loading, the fence
 //! counter is re-based on the clock (see [`on_server_event`]). (4) A fork,
 //! a replica change or a role change concerns several parts at once (see
-//! [`on_replication_event`]): a module has one callback per event.
+//! [`on_replication_event`]): a module has one callback per event. (5) The
+//! server's cron tick looks for a step of the wall clock (and corrects
+//! for it) and has the replicas gate look at the replicas (see [`on_cron`]).
 //!
 //! Every notification heard costs the command that caused it, module data
 //! or not: Redis builds a module context per delivery (~700 instructions).
@@ -30,7 +32,7 @@ use redis_module::{logging, raw, Context, RedisString};
 
 use crate::ffi::{at_first_lock, guard, lock_may_exist, now_ms};
 use crate::ffi::{datatype, ephemeral, ephemeral_ends, expired_held, lock_names, partition};
-use crate::ffi::{host, subscribe_to_server_event};
+use crate::ffi::{host, lease_rebase, subscribe_to_server_event};
 use crate::ffi::{propagation, quarantine, upgrade};
 use redislock_core::queue::LockName;
 use redislock_core::{fence, stats};
@@ -61,6 +63,9 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
     // event is subscribed at the first binding.
     ephemeral::hear_closes_with(Some(ephemeral_ends::on_client_change));
     propagation::watch(ctx)?;
+    if !subscribe_to_server_event(ctx.ctx, raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron)) {
+        return Err("cannot subscribe to the cron event");
+    }
     let events = [
         raw::REDISMODULE_EVENT_FORK_CHILD,
         raw::REDISMODULE_EVENT_REPLICA_CHANGE,
@@ -278,6 +283,22 @@ fn server_event(
     for db in dbs {
         host::freed_db(ctx, db, in_command);
     }
+}
+
+/// The server's cron tick (`hz` a second): on an idle server, the look for
+/// a step of the wall clock that no lock command made (and the correction
+/// for it), then the replicas gate's look at the replicas, which the same
+/// tick's replication cron has just recounted.
+extern "C" fn on_cron(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("cron tick", (), || {
+        lease_rebase::check(ctx);
+        partition::refresh(ctx);
+    });
 }
 
 /// A fork, a replica change or a role change: whether effects have

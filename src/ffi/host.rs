@@ -235,7 +235,7 @@ impl<'c> Server<'c> {
     pub fn new(ctx: &'c Context) -> Self {
         // Every lock decision starts here: a wall-clock step is corrected
         // for before it.
-        ffi::clock::check(ctx.ctx);
+        ffi::lease_rebase::check(ctx.ctx);
         Self::unchecked(ctx)
     }
 
@@ -388,7 +388,7 @@ impl<'c> Host for Server<'c> {
     fn arm_lease_check(&mut self, timer: Timer) {
         let Timer { name, at, delay_ms } = timer;
         let data = Box::into_raw(Box::new((name, at))).cast::<c_void>();
-        let delay_ms = ffi::clock::early_delay_ms(at).unwrap_or(delay_ms);
+        let delay_ms = ffi::lease_clock::early_delay_ms(at).unwrap_or(delay_ms);
         create_timer(self.ctx.ctx, delay_ms, lease_cb, data);
     }
 

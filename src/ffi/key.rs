@@ -7,9 +7,9 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::ffi::clock::{from_wall, to_wall};
 use crate::ffi::datatype::{self, raw_type, StoredLock, LEASE_UNKNOWN};
 use crate::ffi::latency::{self, HoldEnds};
+use crate::ffi::lease_clock::{from_wall, to_wall};
 use crate::ffi::{now_ms, propagation};
 use redislock_core::args::ShareChange;
 use redislock_core::error::LockError;

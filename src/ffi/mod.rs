@@ -5,7 +5,6 @@
 //! line and an error reply instead of a panic unwinding into C (which would
 //! abort the server).
 
-pub mod clock;
 pub mod commandinfo;
 pub mod config;
 pub mod datatype;
@@ -17,6 +16,8 @@ pub mod host;
 pub mod info;
 pub mod key;
 pub mod latency;
+pub mod lease_clock;
+pub mod lease_rebase;
 pub mod lock_names;
 pub mod partition;
 pub mod propagation;
@@ -34,14 +35,9 @@ use redis_module::{logging, raw, Context, RedisString};
 
 use redislock_core::error::LockError;
 
-/// Now on the lease clock ([`clock`]): the server's wall-clock unix
-/// milliseconds (`mstime()`), less the wall clock's steps.
-pub fn now_ms() -> u64 {
-    // SAFETY: RedisModule_Milliseconds takes no arguments and is set once the
-    // module is initialised, before any command or callback can run.
-    let ms = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
-    clock::from_wall(u64::try_from(ms).unwrap_or(0))
-}
+/// Now on the lease clock: the server's wall-clock unix milliseconds
+/// (`mstime()`), less the wall clock's steps.
+pub use lease_clock::now_ms;
 
 /// The server's version as `0x00MMmmpp` (7.0.15 is `0x0007000f`); Valkey
 /// reports the Redis version it is compatible with. 0 if unknown.
@@ -74,7 +70,7 @@ pub(crate) fn create_timer(
 ) -> raw::RedisModuleTimerID {
     // Filed with the lease clock, which re-arms it after a step: module
     // timers are filed by wall time.
-    clock::arm(ctx, delay_ms, now_ms(), callback, data)
+    lease_clock::arm(ctx, delay_ms, now_ms(), callback, data)
 }
 
 /// Subscribes `callback` to the server event `id`, or unsubscribes (`None`).

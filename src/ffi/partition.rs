@@ -4,10 +4,10 @@
 //!
 //! Cost, and only while both settings are on (else nothing but a cached
 //! flag): a command or a hand-off reads a cached deadline and the monotonic
-//! clock. At each server cron tick (and when a replica comes, goes or the
-//! role changes) the glue reads `INFO replication` (the acknowledged offset
-//! of each replica) and, at most once per tick and once per sixteenth of the
-//! lag, takes a probe: it replicates a `PING` (to the replicas only, not the
+//! clock. At each server cron tick ([`refresh`], called by `ffi::events`;
+//! and when a replica comes, goes or the role changes) the glue reads
+//! `INFO replication` (the acknowledged offset of each replica) and, at
+//! most once per tick and once per sixteenth of the lag, takes a probe: it replicates a `PING` (to the replicas only, not the
 //! AOF: 14 bytes, which a replica applies as nothing) followed by `REPLCONF
 //! GETACK *` (as `WAIT` sends), so each replica answers with an offset past
 //! the probe within a round trip instead of at its next once-a-second
@@ -82,37 +82,25 @@ fn unsafe_because() -> Vec<&'static str> {
     )
 }
 
-/// At load: reads the settings, subscribes to the cron and config events,
-/// and logs whether the configuration is safe under partitions.
+/// At load: reads the settings, subscribes to the config event, and logs
+/// whether the configuration is safe under partitions. (The cron tick's
+/// [`refresh`] is called by `ffi::events`.)
 pub fn watch(ctx: &Context) -> Result<(), &'static str> {
     reconfigure(ctx.ctx);
-    for id in [
-        raw::REDISMODULE_EVENT_CRON_LOOP,
-        raw::REDISMODULE_EVENT_CONFIG,
-    ] {
-        if !subscribe_to_server_event(ctx.ctx, id, Some(on_event)) {
-            return Err("cannot subscribe to the cron and config events");
-        }
+    if !subscribe_to_server_event(ctx.ctx, raw::REDISMODULE_EVENT_CONFIG, Some(on_config)) {
+        return Err("cannot subscribe to the config event");
     }
     Ok(())
 }
 
-/// The server's cron tick, or a config change.
-extern "C" fn on_event(
+/// A config change.
+extern "C" fn on_config(
     ctx: *mut raw::RedisModuleCtx,
-    event: raw::RedisModuleEvent,
+    _event: raw::RedisModuleEvent,
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    guard("replicas gate event", (), || {
-        if event.id == raw::REDISMODULE_EVENT_CONFIG {
-            reconfigure(ctx);
-        } else {
-            // Each tick also looks for a step of the wall clock.
-            crate::ffi::clock::check(ctx);
-            refresh(ctx);
-        }
-    });
+    guard("replicas gate event", (), || reconfigure(ctx));
 }
 
 /// A config may have changed: read the settings again, log if the safety

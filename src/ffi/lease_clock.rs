@@ -8,23 +8,23 @@
 //! Redis agree on when a key has ended), and at a step it goes on as the
 //! monotonic clock went. A step is the wall clock moving more (or less) than
 //! the monotonic clock since the last look, beyond [`TOLERANCE_US`] and a
-//! slew allowance. The module looks at every entry point of the lock
-//! machinery (`Server::new`), at every cron tick, and whenever a lock key
-//! leaves its database ([`unlinked`]): Redis expires keys by the wall clock,
-//! and its expiry cycle runs before any module code, so after a forward step
-//! it can remove a lock whose lease still runs. Such a lock is kept
-//! ([`STASH`]) and put back, replicated, by the next look that can write
-//! ([`check`]: the same cron tick, or the next lock command), before anyone
-//! could be granted it.
+//! slew allowance. [`look`] moves the offset at once and marks the step
+//! pending. Correcting the keys and timers for it opens keys, so it lives
+//! above them (`ffi::lease_rebase`); this file opens none and imports no
+//! other `ffi` file, so the files below the keys (the data type, the key)
+//! can read this clock.
 //!
 //! Inside, lease ends are lease-clock times; what leaves the module (a
 //! key's TTL, `PXAT` to replicas and the AOF, the RDB) is wall time, turned
-//! with [`to_wall`] and [`from_wall`]. At a step ([`rebase`]) every lock
-//! key's TTL is put back to its lease left and replicated as `PEXPIREAT`
-//! (O(keys) once per step), and every pending module timer is re-armed by
-//! the lease clock: module timers are filed by wall time (`ustime()`), so a
-//! backward step would otherwise delay every lease check and `WAIT`
-//! deadline by its size.
+//! with [`to_wall`] and [`from_wall`].
+//!
+//! Also here, as they depend on nothing but this clock: the locks Redis
+//! removed by a stepped clock while their leases ran ([`unlinked`], kept
+//! for the re-base to put back: Redis expires keys by the wall clock, and
+//! its expiry cycle runs before any module code), and the registry of
+//! pending module timers ([`arm`], [`rearm_timers`]): module timers are
+//! filed by wall time (`ustime()`), so a backward step would otherwise
+//! delay every lease check and `WAIT` deadline by its size.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -33,11 +33,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use redis_module::{logging, raw, Context, RedisString};
+use redis_module::{logging, raw};
 
-use crate::ffi::datatype::{self, StoredLock};
-use crate::ffi::guard;
-use crate::ffi::key::LockKey;
 use redislock_core::holds::Holds;
 use redislock_core::stats;
 
@@ -65,11 +62,20 @@ thread_local! {
     /// Pending module timers by the address of their [`Armed`] record, with
     /// the server's timer id.
     static TIMERS: RefCell<HashMap<usize, raw::RedisModuleTimerID>> = RefCell::new(HashMap::new());
-    /// A step was seen and not yet corrected for ([`rebase`]).
+    /// A step was seen and not yet corrected for (`ffi::lease_rebase`).
     static PENDING: Cell<bool> = const { Cell::new(false) };
     /// Locks Redis removed while a step was pending and their leases ran:
     /// (db, name, holds), to put back.
     static STASH: RefCell<Vec<(c_int, Vec<u8>, Holds)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Now on the lease clock: the server's wall-clock unix milliseconds
+/// (`mstime()`), less the wall clock's steps.
+pub fn now_ms() -> u64 {
+    // SAFETY: RedisModule_Milliseconds takes no arguments and is set once the
+    // module is initialised, before any command or callback can run.
+    let ms = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
+    from_wall(u64::try_from(ms).unwrap_or(0))
 }
 
 /// Wall minus lease clock, ms.
@@ -148,172 +154,41 @@ fn detect() -> Option<i64> {
 }
 
 /// Looks at the clocks: a step moves the offset at once (every lease
-/// decision from here on counts on), and waits for [`check`] to correct
-/// the keys and timers.
-fn look() {
+/// decision from here on counts on) and stays pending until the keys and
+/// timers are corrected for it ([`settled`]). Whether one is pending. Cheap
+/// when there is none: two clock reads.
+pub fn look() -> bool {
     if let Some(step) = detect().filter(|&step| step != 0) {
         OFFSET_MS.fetch_add(step, Ordering::Relaxed);
         stats::CLOCK_STEPS.incr();
         PENDING.set(true);
         logging::log_notice(format!("lock: the wall clock stepped {step:+} ms"));
     }
+    PENDING.get()
 }
 
-/// Looks at the clocks; after a step, corrects for it ([`rebase`]). Cheap
-/// when there is none: two clock reads. Main thread, with a live context
-/// that may write.
-pub fn check(ctx: *mut raw::RedisModuleCtx) {
-    look();
-    if PENDING.get() {
-        rebase(ctx);
-    }
+/// The keys and timers are corrected for the last step.
+pub fn settled() {
+    PENDING.set(false);
 }
 
-/// A lock key leaves its database, `value` its lock. While a step is
-/// pending, Redis may be expiring it by the stepped wall clock: if a hold
-/// still runs on the lease clock, keep it to put back.
-pub fn unlinked(db: c_int, name: &[u8], value: &StoredLock) {
-    look();
-    if !PENDING.get() {
+/// A lock key leaves its database, `holds` its lock's holds. While a step
+/// is pending, Redis may be expiring it by the stepped wall clock: if a
+/// hold still runs on the lease clock, keep it to put back ([`stashed`]).
+pub fn unlinked(db: c_int, name: &[u8], holds: impl FnOnce() -> Holds) {
+    if !look() {
         return;
     }
-    let holds = value.holds();
-    if holds.live(crate::ffi::now_ms()).next().is_some() {
+    let holds = holds();
+    if holds.live(now_ms()).next().is_some() {
         STASH.with_borrow_mut(|stash| stash.push((db, name.to_vec(), holds)));
     }
 }
 
-/// After a step: the locks Redis removed by it put back, every lock key's
-/// TTL back to its lease left (in wall terms now), replicated; every
-/// pending timer re-armed.
-fn rebase(ctx: *mut raw::RedisModuleCtx) {
-    let started = Instant::now();
-    let timers = rearm_timers(ctx);
-    let flags = crate::ffi::context_flags(ctx);
-    if flags & (raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING) as c_int != 0
-    {
-        // A replica keeps the absolute times its master sent (read by its
-        // own clock) and writes nothing of its own.
-        STASH.take();
-        PENDING.set(false);
-        return;
-    }
-    if crate::ffi::writes_paused() {
-        // Neither write nor propagate now: the next look does it.
-        return;
-    }
-    // Opening a key Redis counts as expired by the stepped clock deletes
-    // it: `unlinked` keeps it while the step is pending, and `restore`
-    // puts it back.
-    let keys = rebase_keys(ctx);
-    PENDING.set(false);
-    let restored = restore(ctx);
-    logging::log_notice(format!(
-        "lock: after the step, {restored} locks put back, {keys} lock TTLs and {timers} \
-         timers re-based in {} µs",
-        started.elapsed().as_micros()
-    ));
-}
-
-/// Puts back the locks Redis removed by a stepped wall clock while their
-/// leases ran, unless the name was taken meanwhile; the count.
-fn restore(ctx: *mut raw::RedisModuleCtx) -> usize {
-    let stash = STASH.take();
-    if stash.is_empty() {
-        return 0;
-    }
-    let context = Context::new(ctx);
-    // SAFETY: a live context; the selected db is restored at the end.
-    let was = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) };
-    let now = crate::ffi::now_ms();
-    let mut done = 0;
-    for (db, name, holds) in stash {
-        // SAFETY: a live context.
-        unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx, db)) };
-        let key_name = RedisString::create_from_slice(ctx, &name);
-        let mut key = LockKey::open_in_timer(&context, &key_name);
-        if matches!(key.stored(), Ok(None)) && holds.live(now).next().is_some() {
-            key.restore_holds(holds);
-            done += 1;
-        }
-    }
-    // SAFETY: a live context; `was` was selected before.
-    unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx, was)) };
-    done
-}
-
-/// Puts every lock key's TTL back to its stored lease; the count.
-fn rebase_keys(ctx: *mut raw::RedisModuleCtx) -> usize {
-    let context = Context::new(ctx);
-    // SAFETY: a live context; the selected db is restored at the end.
-    let was = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) };
-    let mut done = 0;
-    let mut db = 0;
-    loop {
-        // SAFETY: a live context; SelectDb fails past the last database.
-        let selected =
-            unsafe { raw::RedisModule_SelectDb.map_or(raw::Status::Err as c_int, |f| f(ctx, db)) };
-        if selected != raw::Status::Ok as c_int {
-            break;
-        }
-        for name in lock_keys(ctx) {
-            let key_name = RedisString::create_from_slice(ctx, &name);
-            let key = LockKey::open_in_timer(&context, &key_name);
-            if let Some(lease) = key.stored().ok().flatten().map(|stored| stored.lease()) {
-                if lease != datatype::LEASE_UNKNOWN {
-                    key.restore_expiry(lease);
-                    done += 1;
-                }
-            }
-        }
-        db += 1;
-    }
-    // SAFETY: a live context; `was` was selected before.
-    unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx, was)) };
-    done
-}
-
-/// The names of the lock keys of the selected db.
-fn lock_keys(ctx: *mut raw::RedisModuleCtx) -> Vec<Vec<u8>> {
-    let mut found: Vec<Vec<u8>> = Vec::new();
-    // SAFETY: a live context; the scan's callback only reads the key it is
-    // given and pushes into `found`, which outlives the scan.
-    unsafe {
-        let (Some(create), Some(scan), Some(destroy)) = (
-            raw::RedisModule_ScanCursorCreate,
-            raw::RedisModule_Scan,
-            raw::RedisModule_ScanCursorDestroy,
-        ) else {
-            return found;
-        };
-        let cursor = create();
-        let data = ptr::addr_of_mut!(found).cast::<c_void>();
-        while scan(ctx, cursor, Some(collect_lock), data) != 0 {}
-        destroy(cursor);
-    }
-    found
-}
-
-/// Scan callback: collects the names of lock keys.
-extern "C" fn collect_lock(
-    _ctx: *mut raw::RedisModuleCtx,
-    keyname: *mut raw::RedisModuleString,
-    key: *mut raw::RedisModuleKey,
-    data: *mut c_void,
-) {
-    guard("clock step scan", (), || {
-        // SAFETY: Redis passes the scanned key opened for reading and the
-        // `Vec` given to RedisModule_Scan, alive for the scan.
-        unsafe {
-            let is_lock = !key.is_null()
-                && raw::RedisModule_ModuleTypeGetType.map_or(ptr::null_mut(), |f| f(key))
-                    == datatype::raw_type();
-            if is_lock {
-                let found = &mut *data.cast::<Vec<Vec<u8>>>();
-                found.push(RedisString::string_as_slice(keyname).to_vec());
-            }
-        }
-    });
+/// The locks Redis removed while a step was pending and their leases ran,
+/// taken: (db, name, holds).
+pub fn stashed() -> Vec<(c_int, Vec<u8>, Holds)> {
+    STASH.take()
 }
 
 /// The delay of a module timer for the lease-clock millisecond `at`, armed
@@ -335,7 +210,7 @@ struct Armed {
     due: u64,
 }
 
-/// Arms a module timer through the registry (see [`crate::ffi::create_timer`]).
+/// Arms a module timer through the registry (see `ffi::create_timer`).
 pub(crate) fn arm(
     ctx: *mut raw::RedisModuleCtx,
     delay_ms: u64,
@@ -364,7 +239,7 @@ fn create(
 ) -> raw::RedisModuleTimerID {
     let delay = i64::try_from(delay_ms.min(redislock_core::handoff::MAX_DELAY_MS)).unwrap_or(0);
     // SAFETY: a live context of this module; `armed` comes back to
-    // `fired` once, when the timer fires, or to `rearm_timers`.
+    // `fired` once, when the timer fires, or to [`rearm_timers`].
     let id = unsafe {
         raw::RedisModule_CreateTimer.map_or(0, |f| f(ctx, delay, Some(fired), armed.cast()))
     };
@@ -384,8 +259,8 @@ extern "C" fn fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 
 /// Re-arms every pending timer for its due time on the lease clock; the
 /// count.
-fn rearm_timers(ctx: *mut raw::RedisModuleCtx) -> usize {
-    let now = crate::ffi::now_ms();
+pub(crate) fn rearm_timers(ctx: *mut raw::RedisModuleCtx) -> usize {
+    let now = now_ms();
     let pending: Vec<(usize, raw::RedisModuleTimerID)> =
         TIMERS.with_borrow_mut(|timers| timers.drain().collect());
     let mut done = 0;
