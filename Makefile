@@ -158,7 +158,7 @@ $(TEST_CLIENTS_ON): test-clients-on-%:
 	@$(SUITES_BEGIN); \
 	echo "=== $*: Rust client, Python, Node, Java, Go, conformance (log: $$log) ==="; \
 	suite rust-client env $$env cargo test --release -p redislock-client; \
-	suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider tests; \
+	suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_JOBS) tests; \
 	suite node env -C node $$env npm run --silent test:only; \
 	suite java env -C java $$env $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$*; \
 	suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; \
@@ -261,7 +261,10 @@ bench-instr: build servers ## Instructions per operation in redis-server (callgr
 # The Python package (python/): a virtualenv under target/, the package and
 # pinned test/bench dependencies installed into it.
 PYENV := target/pyenv
-PY_PINS := redis==8.1.0 pytest==9.2.0 python-redis-lock==4.0.1 ruff==0.17.6
+PY_PINS := redis==8.1.0 pytest==9.2.0 pytest-xdist==3.8.0 execnet==2.1.2 python-redis-lock==4.0.1 ruff==0.17.6
+# The Python suite's tests run in this many processes (pytest-xdist), each
+# with servers of its own: they wait on servers far more than they compute.
+PYTEST_JOBS := 4
 
 $(PYENV)/bin/python:
 	python3 -m venv $(PYENV) || { rm -rf $(PYENV); $(SUDO) apt-get install -y -qq python3-venv && python3 -m venv $(PYENV); }
@@ -270,10 +273,10 @@ python-env: $(PYENV)/bin/python
 	$(PYENV)/bin/pip install --quiet --disable-pip-version-check ./python $(PY_PINS)
 
 python-test: build servers python-env ## Python package (python/): its pytest suite on each of the four servers
-	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(CURDIR)/$(PYENV)/bin/pytest tests
-	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) $(CURDIR)/$(PYENV)/bin/pytest tests
-	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_REDIS8) $(CURDIR)/$(PYENV)/bin/pytest tests
-	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY9) $(CURDIR)/$(PYENV)/bin/pytest tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(CURDIR)/$(PYENV)/bin/pytest -n $(PYTEST_JOBS) tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) $(CURDIR)/$(PYENV)/bin/pytest -n $(PYTEST_JOBS) tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_REDIS8) $(CURDIR)/$(PYENV)/bin/pytest -n $(PYTEST_JOBS) tests
+	cd python && LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY9) $(CURDIR)/$(PYENV)/bin/pytest -n $(PYTEST_JOBS) tests
 
 bench-python: build python-env ## Python locks compared: redislock vs redis-py's Lock vs python-redis-lock (< 1 min)
 	LOCK_MODULE=$(CURDIR)/$(MODULE) $(PYENV)/bin/python python/bench/bench.py
