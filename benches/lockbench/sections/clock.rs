@@ -177,16 +177,54 @@ fn renew(
     Ok(renewed == 1)
 }
 
-fn forward(ctx: &Ctx, kind: Kind, step: Duration) -> Res<Forward> {
-    let mut shift = ClockShift::new();
-    let server = server(ctx, &shift)?;
-    let mut a = server.try_conn()?;
-    let mut b = server.try_conn()?;
-    let (key, holder, taker) = ("clock:lock", owner(), owner());
-    let start = Instant::now();
-    if !acquire(&mut a, kind, key, &holder, FORWARD_LEASE)? {
-        return Err("A could not take a free lock".into());
+/// One trial's start: a server of its own under a clock shift, A holding
+/// the lock with `lease`, B's connection ready.
+struct Scene {
+    shift: ClockShift,
+    _server: Server,
+    a: redis::Connection,
+    b: redis::Connection,
+    key: &'static str,
+    holder: String,
+    taker: String,
+    start: Instant,
+}
+
+impl Scene {
+    fn new(ctx: &Ctx, kind: Kind, lease: Duration) -> Res<Scene> {
+        let shift = ClockShift::new();
+        let server = server(ctx, &shift)?;
+        let mut a = server.try_conn()?;
+        let b = server.try_conn()?;
+        let (key, holder, taker) = ("clock:lock", owner(), owner());
+        let start = Instant::now();
+        if !acquire(&mut a, kind, key, &holder, lease)? {
+            return Err("A could not take a free lock".into());
+        }
+        Ok(Scene {
+            shift,
+            _server: server,
+            a,
+            b,
+            key,
+            holder,
+            taker,
+            start,
+        })
     }
+}
+
+fn forward(ctx: &Ctx, kind: Kind, step: Duration) -> Res<Forward> {
+    let Scene {
+        mut shift,
+        _server,
+        mut a,
+        mut b,
+        key,
+        holder,
+        taker,
+        start,
+    } = Scene::new(ctx, kind, FORWARD_LEASE)?;
     // A's lease as A counts it: from the send of its last confirmed call.
     let mut a_until = start + FORWARD_LEASE;
     let mut a_renews = true;
@@ -227,15 +265,17 @@ fn forward(ctx: &Ctx, kind: Kind, step: Duration) -> Res<Forward> {
 }
 
 fn backward(ctx: &Ctx, kind: Kind, step: Duration, cap: Duration) -> Res<Option<f64>> {
-    let mut shift = ClockShift::new();
-    let server = server(ctx, &shift)?;
-    let mut a = server.try_conn()?;
-    let mut b = server.try_conn()?;
-    let (key, holder, taker) = ("clock:lock", owner(), owner());
-    let start = Instant::now();
-    if !acquire(&mut a, kind, key, &holder, BACKWARD_LEASE)? {
-        return Err("A could not take a free lock".into());
-    }
+    let Scene {
+        mut shift,
+        _server,
+        a,
+        mut b,
+        key,
+        taker,
+        start,
+        ..
+    } = Scene::new(ctx, kind, BACKWARD_LEASE)?;
+    // A crashes: it sends nothing more.
     drop(a);
     shift.step(-i64::try_from(step.as_millis())?);
     while start.elapsed() < cap {
