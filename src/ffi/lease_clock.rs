@@ -202,7 +202,7 @@ pub fn us_until(at: u64) -> Option<i64> {
 /// A module timer is put off by up to this much past its delay: the event
 /// loop rounds its wait up to whole ms, and a timer found with a sub-ms
 /// remainder waits another whole ms.
-pub const TIMER_LATE_MS: u64 = 2;
+const TIMER_LATE_MS: u64 = 2;
 
 /// The delay of a module timer for the lease-clock millisecond `at`, armed
 /// to fire early by up to [`TIMER_LATE_MS`] and one more: the check is
