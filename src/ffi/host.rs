@@ -689,17 +689,25 @@ extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 /// Arms the lease check `data` (a boxed (LockName, u64)) again for the
 /// lease-clock millisecond `at`, which has not begun.
 fn rearm_lease_check(ctx: *mut raw::RedisModuleCtx, at: u64, data: *mut c_void) {
-    let left_us = ffi::lease_clock::us_until(at).unwrap_or(0);
-    let delay_ms = ffi::lease_clock::early_delay_ms(at).unwrap_or(0);
+    // No time for `at` (beyond any clock): as far off as a timer goes.
+    let delay_ms = ffi::lease_clock::early_delay_ms(at).unwrap_or(u64::MAX);
     if delay_ms > 0 {
         create_timer(ctx, delay_ms, lease_cb, data);
         return;
     }
+    // At least a few µs: should the clocks read here and by the caller
+    // ever disagree on a ms just begun, this polls rather than spins.
+    let left_us = ffi::lease_clock::us_until(at)
+        .unwrap_or(0)
+        .max(MIN_ALARM_US);
     let left = Duration::from_micros(u64::try_from(left_us).unwrap_or(0));
     if !lease_alarm::set(ctx, left, lease_cb, data) {
         create_timer(ctx, 0, lease_cb, data);
     }
 }
+
+/// The shortest wait [`rearm_lease_check`] sets the µs alarm for.
+const MIN_ALARM_US: i64 = 20;
 
 /// The module timer of the earliest `WAIT` deadline fired (`data`: the
 /// deadline it was armed for): every client whose deadline has passed is
