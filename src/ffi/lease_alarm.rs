@@ -16,6 +16,10 @@
 //! same turn of the loop runs (time events come after file events), and
 //! that timer runs the check with a context that may write and replicate.
 //!
+//! A step of the wall clock leaves a pending alarm alone: it counts
+//! monotonic time, as the lease clock does across a step, and the check
+//! looks at the lease clock again when it runs.
+//!
 //! Main thread only. Without the API or the fd (an old server, a failed
 //! syscall) [`set`] says so and the caller falls back to a module timer.
 
