@@ -56,12 +56,13 @@ use std::ffi::CString;
 use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
+use std::time::Duration;
 
 use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::ffi::key::{LockKey, Tracked};
 use crate::ffi::latency;
-use crate::ffi::{self, config, ephemeral, partition, quarantine};
+use crate::ffi::{self, config, ephemeral, lease_alarm, partition, quarantine};
 use crate::ffi::{context_flags, create_timer, guard, now_ms, server_version, writes_paused};
 use crate::ffi::{select_db, selected_db};
 use redislock_core::error::LockError;
@@ -672,10 +673,11 @@ extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         // SAFETY: `arm_lease_check` passed a boxed (LockName, u64).
         let at = unsafe { (*data.cast::<(LockName, u64)>()).1 };
         if now_ms() < at {
-            // Armed to fire up to a millisecond early (the event loop's
-            // wait rounds up to whole ms): look again on the next turn,
-            // until the first millisecond Redis counts the key as ended.
-            create_timer(ctx, 0, lease_cb, data);
+            // Armed early (module timers fire up to a few ms late): the
+            // rest on the µs alarm, due at the first instant Redis counts
+            // the key as ended; or, with more left (a lease longer than a
+            // timer can wait, a clock step), early again.
+            rearm_lease_check(ctx, at, data);
             return;
         }
         // SAFETY: `arm_lease_check` passed a boxed (LockName, u64), used once.
@@ -683,6 +685,29 @@ extern "C" fn lease_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         orchestrate::lease_check_fired(&mut Server::new(&Context::new(ctx)), &name, at);
     });
 }
+
+/// Arms the lease check `data` (a boxed (LockName, u64)) again for the
+/// lease-clock millisecond `at`, which has not begun.
+fn rearm_lease_check(ctx: *mut raw::RedisModuleCtx, at: u64, data: *mut c_void) {
+    // No time for `at` (beyond any clock): as far off as a timer goes.
+    let delay_ms = ffi::lease_clock::early_delay_ms(at).unwrap_or(u64::MAX);
+    if delay_ms > 0 {
+        create_timer(ctx, delay_ms, lease_cb, data);
+        return;
+    }
+    // At least a few µs: should the clocks read here and by the caller
+    // ever disagree on a ms just begun, this polls rather than spins.
+    let left_us = ffi::lease_clock::us_until(at)
+        .unwrap_or(0)
+        .max(MIN_ALARM_US);
+    let left = Duration::from_micros(u64::try_from(left_us).unwrap_or(0));
+    if !lease_alarm::set(ctx, left, lease_cb, data) {
+        create_timer(ctx, 0, lease_cb, data);
+    }
+}
+
+/// The shortest wait [`rearm_lease_check`] sets the µs alarm for.
+const MIN_ALARM_US: i64 = 20;
 
 /// The module timer of the earliest `WAIT` deadline fired (`data`: the
 /// deadline it was armed for): every client whose deadline has passed is

@@ -191,15 +191,27 @@ pub fn stashed() -> Vec<(c_int, Vec<u8>, Holds)> {
     STASH.take()
 }
 
-/// The delay of a module timer for the lease-clock millisecond `at`, armed
-/// to fire up to a millisecond early: the event loop rounds its wait up to
-/// whole milliseconds, and the check is wanted at the first instant Redis
-/// counts the key as ended, not a tick later (the caller looks again on the
-/// next turn when early).
-pub fn early_delay_ms(at: u64) -> Option<u64> {
+/// How long until the lease-clock millisecond `at` begins, in µs
+/// (negative: it has begun): the first instant Redis counts a key whose
+/// lease runs through `at - 1` as ended.
+pub fn us_until(at: u64) -> Option<i64> {
     let wall_at_us = i64::try_from(to_wall(at)).ok()?.checked_mul(1_000)?;
-    let left_us = wall_at_us.checked_sub(wall_us())?;
-    Some(u64::try_from(left_us / 1_000 - 1).unwrap_or(0))
+    wall_at_us.checked_sub(wall_us())
+}
+
+/// A module timer is put off by up to this much past its delay: the event
+/// loop rounds its wait up to whole ms, and a timer found with a sub-ms
+/// remainder waits another whole ms.
+const TIMER_LATE_MS: u64 = 2;
+
+/// The delay of a module timer for the lease-clock millisecond `at`, armed
+/// to fire early by up to [`TIMER_LATE_MS`] and one more: the check is
+/// wanted at the first instant Redis counts the key as ended, not a tick
+/// later, so the timer's callback hands the last stretch to the µs alarm
+/// (`ffi::lease_alarm`). 0 once less than that is left.
+pub fn early_delay_ms(at: u64) -> Option<u64> {
+    let left_ms = us_until(at)? / 1_000;
+    Some(u64::try_from(left_ms).map_or(0, |ms| ms.saturating_sub(TIMER_LATE_MS)))
 }
 
 /// A pending module timer: the callback and data it was armed with, and

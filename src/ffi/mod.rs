@@ -16,6 +16,7 @@ pub mod host;
 pub mod info;
 pub mod key;
 pub mod latency;
+pub mod lease_alarm;
 pub mod lease_clock;
 pub mod lease_rebase;
 pub mod lock_names;

@@ -12,7 +12,7 @@
 
 use std::process::{Child, Command, Stdio};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, Value};
 
@@ -50,8 +50,16 @@ struct Ended {
     outcome: Outcome,
     /// From just before the command was sent until its reply.
     waited: Duration,
-    /// Unix ms when the reply arrived.
-    at_ms: i64,
+    /// Unix µs when the reply arrived.
+    at_us: i64,
+}
+
+/// Now, unix µs (the server runs on this machine's clock).
+fn now_us() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since.as_micros()).expect("µs fit in i64")
 }
 
 /// A client blocked in `LOCK.ACQUIRE key owner ttl WAIT timeout`, on a thread
@@ -73,7 +81,7 @@ impl Waiter {
             let reply = redis::cmd(&args[0])
                 .arg(&args[1..])
                 .query::<Value>(&mut conn);
-            let (waited, at_ms) = (sent.elapsed(), now_ms());
+            let (waited, at_us) = (sent.elapsed(), now_us());
             let outcome = match reply {
                 Ok(Value::Int(fence)) => Outcome::Fence(fence),
                 Ok(Value::Nil) => Outcome::Nil,
@@ -83,7 +91,7 @@ impl Waiter {
             Ended {
                 outcome,
                 waited,
-                at_ms,
+                at_us,
             }
         });
         Waiter {
@@ -431,34 +439,60 @@ fn hand_off_after(server: &Server, free: impl FnOnce(&mut Connection)) -> (i64, 
     (alice, fence)
 }
 
+/// Lease-end hand-offs measured by [`a_lease_end_hands_off_within_milliseconds_and_not_before`].
+const LEASE_END_TRIALS: usize = 5;
+
+/// How late the median of those may reply after the key's end: the lease
+/// check fires at the first µs Redis counts the key as ended (a fraction
+/// of a ms on an idle machine); this allows for a loaded one.
+const LEASE_END_MEDIAN_MS: i64 = 10;
+
 #[test]
 fn a_lease_end_hands_off_within_milliseconds_and_not_before() {
     let server = Server::start();
     let mut c = server.conn();
-    let alice = c.acquire("k", "alice", 500).expect("free");
-    let bob = queue(&server, "k", "bob", LONG, 10_000);
-    let lease_end = c.int(&["PEXPIRETIME", "k"]);
-    let ended = bob.end();
-    let Outcome::Fence(fence) = ended.outcome else {
-        panic!("bob was not handed k at the lease end: {ended:?}")
-    };
-    assert!(fence > alice);
-    // A fence is max(last + 1, ms × 2^10): its high bits are the server's
-    // clock at the grant, which Redis allows only once now > the lease end.
-    let granted_ms = fence >> CLOCK_SHIFT;
+    let mut late_us = Vec::new();
+    for trial in 0..LEASE_END_TRIALS {
+        let key = format!("k{trial}");
+        // Leases of 500 ms and a bit (time for bob to queue on a loaded
+        // machine): the trials end at different points of a millisecond.
+        let ttl = 500 + i64::try_from(trial).expect("few trials") * 7;
+        let alice = c.acquire(&key, "alice", ttl).expect("free");
+        let bob = queue(&server, &key, "bob", LONG, 10_000);
+        // Redis counts the key live through this millisecond, ended from
+        // the first µs of the next.
+        let lease_end = c.int(&["PEXPIRETIME", &key]);
+        let ended_from_us = (lease_end + 1) * 1_000;
+        let ended = bob.end();
+        let Outcome::Fence(fence) = ended.outcome else {
+            panic!("bob was not handed {key} at the lease end: {ended:?}")
+        };
+        assert!(fence > alice);
+        // A fence is max(last + 1, ms × 2^10): its high bits are the
+        // server's clock at the grant, which must be past the lease end.
+        let granted_ms = fence >> CLOCK_SHIFT;
+        assert!(
+            granted_ms > lease_end,
+            "granted at {granted_ms}, while Redis counts {key} live through {lease_end}"
+        );
+        let late = ended.at_us - ended_from_us;
+        assert!(
+            (0..=PROMPT_MS * 1_000).contains(&late),
+            "bob's reply came {late} µs after {key} ended (unix ms {})",
+            lease_end + 1
+        );
+        late_us.push(late);
+        assert_eq!(owner(&mut c, &key).as_deref(), Some("bob"));
+    }
+    late_us.sort_unstable();
+    let median = late_us[late_us.len() / 2];
     assert!(
-        granted_ms >= lease_end,
-        "granted at {granted_ms}, before the lease end {lease_end}"
+        median <= LEASE_END_MEDIAN_MS * 1_000,
+        "hand-offs {late_us:?} µs after the keys ended"
     );
-    assert!(
-        (lease_end..=lease_end + PROMPT_MS).contains(&ended.at_ms),
-        "bob's reply came at {}, {} ms after the lease end {lease_end}",
-        ended.at_ms,
-        ended.at_ms - lease_end
-    );
-    assert_eq!(owner(&mut c, "k").as_deref(), Some("bob"));
-    assert_eq!(lock_info_int(&server, "handoffs"), 1);
-    assert_eq!(lock_info_int(&server, "expired_held"), 1);
+    let trials = i64::try_from(LEASE_END_TRIALS).expect("few trials");
+    assert_eq!(lock_info_int(&server, "handoffs"), trials);
+    assert_eq!(lock_info_int(&server, "expired_held"), trials);
     assert_no_one_waits(&server);
 }
 
