@@ -579,3 +579,183 @@ fn a_multi_hand_off_costs_the_same_behind_few_or_many_waiters() {
     eprintln!("multi hand-off: {small} vs {large} µs (ratio {ratio:.2})");
     assert!(ratio < 2.0, "{large} µs against {small} µs");
 }
+
+/// Each holder of `key` with its permits, as `LOCK.INFO` lists them.
+fn permits_of(server: &Server, key: &str) -> Vec<(String, i64)> {
+    let info: Value = server.conn().call(&["LOCK.INFO", key]).expect("info");
+    let field = |pairs: &[Value], name: &str| -> Option<Value> {
+        pairs.chunks(2).find_map(|pair| match pair {
+            [key, value] if text(key).as_deref() == Some(name) => Some(value.clone()),
+            _ => None,
+        })
+    };
+    let Value::Array(pairs) = info else {
+        return Vec::new();
+    };
+    let Some(Value::Array(holders)) = field(&pairs, "holders") else {
+        panic!("no holders in {pairs:?}");
+    };
+    holders
+        .iter()
+        .map(|holder| {
+            let Value::Array(pairs) = holder else {
+                panic!("holder {holder:?}");
+            };
+            let owner = field(pairs, "owner")
+                .as_ref()
+                .and_then(text)
+                .expect("owner");
+            let permits = match field(pairs, "permits") {
+                Some(Value::Int(k)) => k,
+                other => panic!("permits: {other:?}"),
+            };
+            (owner, permits)
+        })
+        .collect()
+}
+
+fn sem(n: &str, k: &str) -> Vec<String> {
+    ["SHARED", "LIMIT", n, "PERMITS", k]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// A blocking `LOCK.ACQUIRE key owner LONG SHARED LIMIT n PERMITS k WAIT
+/// 10000` from a thread of its own.
+fn wait_permits(server: &Server, key: &str, owner: &str, n: &str, k: &str) -> JoinHandle<Reply> {
+    let mut conn = server.conn();
+    let mut args = vec![
+        "LOCK.ACQUIRE".to_string(),
+        key.to_string(),
+        owner.to_string(),
+    ];
+    args.push(LONG.to_string());
+    args.extend(sem(n, k));
+    args.extend(["WAIT".to_string(), "10000".to_string()]);
+    thread::spawn(move || conn.call(args))
+}
+
+#[test]
+fn permits_are_first_come_first_served_within_the_limit() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let acquire = |c: &mut redis::Connection, owner: &str, k: &str| {
+        let mut args = vec!["LOCK.ACQUIRE".to_string(), "pool".into(), owner.into()];
+        args.push(LONG.to_string());
+        args.extend(sem("4", k));
+        c.call(args)
+    };
+    assert!(matches!(acquire(&mut c, "a", "3"), Ok(Value::Int(_))));
+    // Two do not fit beside three: nil, or wait at the head.
+    assert_eq!(acquire(&mut c, "x", "2"), Ok(Value::Nil));
+    let big = wait_permits(&server, "pool", "big", "4", "2");
+    wait_for_waiters(&server, "pool", 1);
+    // One would fit, but the big request came first: it waits behind it.
+    assert_eq!(acquire(&mut c, "y", "1"), Ok(Value::Nil));
+    let small = wait_permits(&server, "pool", "small", "4", "1");
+    wait_for_waiters(&server, "pool", 2);
+    thread::sleep(Duration::from_millis(50));
+    assert_eq!(permits_of(&server, "pool"), [("a".to_string(), 3)]);
+    // The hold keeps its permits: a reentry asking for others is refused.
+    let refused = acquire(&mut c, "a", "1").expect_err("other permits");
+    assert!(refused.contains("PERMITS"), "{refused}");
+    assert!(matches!(acquire(&mut c, "a", "3"), Ok(Value::Int(_))));
+    assert_eq!(c.int(&["LOCK.RELEASE", "pool", "a", "ALL"]), 0);
+    handed_fence(big, "big");
+    handed_fence(small, "small");
+    assert_eq!(
+        permits_of(&server, "pool"),
+        [("big".to_string(), 2), ("small".to_string(), 1)]
+    );
+    // Without PERMITS a share is one permit; errors change nothing.
+    let bad = acquire(&mut c, "z", "5").expect_err("above the limit");
+    assert!(bad.starts_with("ERR PERMITS"), "{bad}");
+    let bad = c.err(&[
+        "LOCK.ACQUIRE",
+        "pool",
+        "z",
+        "1000",
+        "SHARED",
+        "PERMITS",
+        "1",
+    ]);
+    assert_eq!(bad, "ERR syntax error");
+    assert!(matches!(
+        c.call(&[
+            "LOCK.ACQUIRE",
+            "pool",
+            "one",
+            "1000",
+            "SHARED",
+            "LIMIT",
+            "4"
+        ]),
+        Ok(Value::Int(_))
+    ));
+    assert_eq!(acquire(&mut c, "w", "1"), Ok(Value::Nil), "4 of 4 held");
+    let held: i64 = permits_of(&server, "pool").iter().map(|(_, k)| k).sum();
+    assert_eq!(held, 4);
+}
+
+#[test]
+fn several_keys_with_permits_all_or_none() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut args = macquire_args(&["p", "q"], "a", LONG, &[]);
+    args.extend(sem("3", "2"));
+    fences(&c.call(args.clone()));
+    let mut b = macquire_args(&["p", "q"], "b", LONG, &[]);
+    b.extend(sem("3", "2"));
+    assert_eq!(c.call(b), Ok(Value::Nil), "2 + 2 > 3 on both");
+    assert_eq!(permits_of(&server, "q"), [("a".to_string(), 2)]);
+}
+
+#[test]
+fn permits_reach_replicas_files_and_digests() {
+    let mut master = Server::builder().label("master").appendonly(false).start();
+    let replica = start_replica(&master, "replica");
+    let mut m = master.conn();
+    let mut args = vec![
+        "LOCK.ACQUIRE".to_string(),
+        "s".into(),
+        "a".into(),
+        LONG.to_string(),
+    ];
+    args.extend(sem("5", "3"));
+    m.call(args).expect("a");
+    let mut args = vec![
+        "LOCK.ACQUIRE".to_string(),
+        "s".into(),
+        "b".into(),
+        LONG.to_string(),
+    ];
+    args.extend(sem("5", "2"));
+    m.call(args).expect("b");
+    let want = vec![("a".to_string(), 3), ("b".to_string(), 2)];
+    m.wait_replicas(1);
+    replica.catch_up_with(&master);
+    assert_eq!(permits_of(&replica, "s"), want, "on the replica");
+    assert_eq!(replica.digest(), master.digest());
+    drop(replica);
+    master.restart();
+    assert_eq!(permits_of(&master, "s"), want, "after an AOF restart");
+    let mut c = master.conn();
+    c.call(&["BGREWRITEAOF"]).expect("rewrite");
+    master.wait_for_aof_rewrite();
+    master.restart();
+    assert_eq!(permits_of(&master, "s"), want, "after a rewritten AOF");
+    master.restart_saving();
+    assert_eq!(permits_of(&master, "s"), want, "after an RDB restart");
+    let mut c = master.conn();
+    c.call(&["DEBUG", "RELOAD"]).expect("reload");
+    assert_eq!(permits_of(&master, "s"), want, "after DEBUG RELOAD");
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("s").query(&mut c).expect("dump");
+    redis::cmd("RESTORE")
+        .arg("t")
+        .arg(0)
+        .arg(dump)
+        .query::<()>(&mut c)
+        .expect("restore");
+    assert_eq!(permits_of(&master, "t"), want, "after DUMP/RESTORE");
+}
