@@ -58,6 +58,9 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
 /// parks on every lock as one request, first come first served across them.
 pub fn acquire_all(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.MACQUIRE", input, |argv| {
+        if crate::ffi::keys_asked(ctx.ctx, argv) {
+            return Ok(RedisValue::NoReply);
+        }
         let (names, req) = args::parse_acquire_all(argv, config::max_ttl())?;
         note_lock_names(&names);
         if req.ephemeral {
@@ -96,6 +99,9 @@ pub fn acquire_all(ctx: &Context, input: &Args) -> RedisResult {
 /// owner does not hold one of them, and nothing changes).
 pub fn release_all(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.MRELEASE", input, |argv| {
+        if crate::ffi::keys_asked(ctx.ctx, argv) {
+            return Ok(RedisValue::NoReply);
+        }
         let (names, req) = args::parse_release_all(argv)?;
         let keys = input.keys(2, names.len())?;
         let targets: Vec<&RedisString> = keys.iter().collect();
@@ -116,6 +122,9 @@ pub fn release_all(ctx: &Context, input: &Args) -> RedisResult {
 /// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms` → 1; all or none.
 pub fn renew_all(ctx: &Context, input: &Args) -> RedisResult {
     run("LOCK.MRENEW", input, |argv| {
+        if crate::ffi::keys_asked(ctx.ctx, argv) {
+            return Ok(RedisValue::NoReply);
+        }
         let (names, req) = args::parse_renew_all(argv, config::max_ttl())?;
         replicas_follow(ctx)?;
         let keys = input.keys(2, names.len())?;

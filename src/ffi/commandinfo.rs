@@ -227,7 +227,8 @@ const KEYS: Arg = Arg::key(c"key").multiple();
 
 pub const MACQUIRE: Command = Command {
     name: c"lock.macquire",
-    flags: c"write deny-oom blocking",
+    // `getkeys-api`: see `ffi::keys_asked`.
+    flags: c"write deny-oom blocking getkeys-api",
     key: Some(UPDATE_AND_READ),
     numkeys: true,
     categories: "write slow blocking",
@@ -250,7 +251,7 @@ pub const MACQUIRE: Command = Command {
 
 pub const MRELEASE: Command = Command {
     name: c"lock.mrelease",
-    flags: c"write",
+    flags: c"write getkeys-api",
     key: Some(DELETE_AND_READ),
     numkeys: true,
     categories: "write",
@@ -262,7 +263,7 @@ pub const MRELEASE: Command = Command {
 
 pub const MRENEW: Command = Command {
     name: c"lock.mrenew",
-    flags: c"write",
+    flags: c"write getkeys-api",
     key: Some(UPDATE),
     numkeys: true,
     categories: "write",

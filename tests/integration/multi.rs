@@ -759,3 +759,52 @@ fn permits_reach_replicas_files_and_digests() {
         .expect("restore");
     assert_eq!(permits_of(&master, "t"), want, "after DUMP/RESTORE");
 }
+
+#[test]
+fn cluster_takes_keys_of_one_slot_and_refuses_keys_of_several() {
+    let cluster = crate::cluster::Cluster::start();
+    let (a, b) = ("{transfer}:A", "{transfer}:B");
+    let slot = cluster.slot(a);
+    assert_eq!(cluster.slot(b), slot);
+    let node = &cluster.nodes[cluster.master_of(slot)];
+    let mut c = node.conn();
+    let got = fences(&macquire(&mut c, &[a, b], "t", LONG, &[]));
+    assert_eq!(got.len(), 2);
+    // Keys of two slots: the server refuses them before the module runs
+    // (CROSSSLOT), or sends the client to the node of the first (MOVED).
+    let other = (0..100)
+        .map(|i| format!("other:{i}"))
+        .find(|key| {
+            cluster.slot(key) != slot
+                && cluster.master_of(cluster.slot(key)) == cluster.master_of(slot)
+        })
+        .expect("a key of another slot on the same node");
+    let err = macquire(&mut c, &[a, &other], "u", LONG, &[]).expect_err("two slots");
+    assert!(err.starts_with("CROSSSLOT"), "{err}");
+    assert_eq!(node.lock_info(&other), None);
+    assert_eq!(
+        c.value::<Vec<i64>, _>(&["LOCK.MRELEASE", "2", a, b, "t"]),
+        [0, 0]
+    );
+}
+
+#[test]
+fn ephemeral_holds_taken_together_end_together_with_their_connection() {
+    let server = Server::start();
+    let mut holder = server.conn();
+    let id = holder.int(&["CLIENT", "ID"]);
+    fences(&macquire(
+        &mut holder,
+        &["a", "b"],
+        "e",
+        LONG,
+        &["EPHEMERAL"],
+    ));
+    let waiter = wait_all(&server, &["b", "a"], "w", LONG, 10_000);
+    wait_for_waiters(&server, "a", 1);
+    let mut admin = server.conn();
+    assert_eq!(admin.int(&["CLIENT", "KILL", "ID", &id.to_string()]), 1);
+    fences(&waiter.join().expect("waiter"));
+    assert_eq!(owner(&server, "a").as_deref(), Some("w"));
+    assert_eq!(owner(&server, "b").as_deref(), Some("w"));
+}
