@@ -808,3 +808,204 @@ fn ephemeral_holds_taken_together_end_together_with_their_connection() {
     assert_eq!(owner(&server, "a").as_deref(), Some("w"));
     assert_eq!(owner(&server, "b").as_deref(), Some("w"));
 }
+
+#[test]
+fn a_lease_that_ends_hands_every_key_to_the_waiter_and_readers_share_keys() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // A holder that stops renewing: its lease ends, the waiter gets both.
+    assert!(c.acquire("a", "gone", 300).is_some());
+    let waiter = wait_all(&server, &["b", "a"], "w", LONG, 10_000);
+    wait_for_waiters(&server, "a", 1);
+    let started = Instant::now();
+    let got = fences(&waiter.join().expect("waiter"));
+    assert!(started.elapsed() < SOON);
+    assert_eq!(owner(&server, "a").as_deref(), Some("w"));
+    assert_eq!(owner(&server, "b").as_deref(), Some("w"));
+    assert!(got[0] < got[1]);
+    // Readers of several keys share them, behind a writer that came first.
+    assert_eq!(
+        c.value::<Vec<i64>, _>(&["LOCK.MRELEASE", "2", "a", "b", "w"]),
+        [0, 0]
+    );
+    assert!(c.acquire("a", "writer", LONG).is_some());
+    let mut readers = Vec::new();
+    for r in ["r1", "r2"] {
+        let mut conn = server.conn();
+        let args = macquire_args(&["a", "b"], r, LONG, &["SHARED", "WAIT", "10000"]);
+        readers.push(thread::spawn(move || conn.call(args)));
+        wait_for_waiters(&server, "b", readers.len() as i64);
+    }
+    assert_eq!(server.lock_info("b"), None, "b waits with a");
+    assert_eq!(c.int(&["LOCK.RELEASE", "a", "writer"]), 0);
+    for reader in readers {
+        fences(&reader.join().expect("reader"));
+    }
+    let info = server.lock_info("b").expect("shared");
+    assert_eq!((info.mode.as_str(), info.count), ("shared", 2));
+}
+
+/// A store of account balances that takes each lock's fence: a read with a
+/// fence below the account's highest is refused, and so is a commit with
+/// one below it; a commit writes every account it names or none. So a
+/// holder whose lease ended while it was stopped cannot overwrite what the
+/// next holder read.
+const READ_FENCED: &str = r#"
+local f = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < f then return -1 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+return tonumber(redis.call('HGET', KEYS[1], 'balance') or '0')
+"#;
+const COMMIT_FENCED: &str = r#"
+for i, key in ipairs(KEYS) do
+  local f = tonumber(redis.call('HGET', key, 'fence') or '0')
+  if tonumber(ARGV[2 * i - 1]) < f then return 0 end
+end
+for i, key in ipairs(KEYS) do
+  redis.call('HSET', key, 'fence', ARGV[2 * i - 1], 'balance', ARGV[2 * i])
+end
+return 1
+"#;
+
+/// A small deterministic generator (xorshift), one per worker.
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// One transfer under a lock on every account it touches, its keys in a
+/// random order: `Err` when the connection was killed under it.
+fn transfer(
+    conn: &mut redis::Connection,
+    dice: &mut Dice,
+    worker: usize,
+) -> redis::RedisResult<()> {
+    const ACCOUNTS: u64 = 6;
+    let wide = 2 + dice.below(2) as usize;
+    let mut picked: Vec<u64> = Vec::new();
+    while picked.len() < wide {
+        let a = dice.below(ACCOUNTS);
+        if !picked.contains(&a) {
+            picked.push(a);
+        }
+    }
+    let locks: Vec<String> = picked.iter().map(|a| format!("lock:acct:{a}")).collect();
+    let stores: Vec<String> = picked.iter().map(|a| format!("acct:{a}")).collect();
+    let owner = format!("worker-{worker}");
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(locks.len()).arg(&locks).arg(&owner).arg(300);
+    cmd.arg("EPHEMERAL").arg("WAIT").arg(30_000);
+    let fences: Option<Vec<i64>> = cmd.query(conn)?;
+    let fences = fences.expect("no deadlock: every transfer is granted");
+    let mut balances = Vec::new();
+    for (store, fence) in stores.iter().zip(&fences) {
+        let balance: i64 = redis::cmd("EVAL")
+            .arg(READ_FENCED)
+            .arg(1)
+            .arg(store)
+            .arg(fence)
+            .query(conn)?;
+        balances.push(balance);
+    }
+    if dice.below(8) == 0 {
+        // A holder stopped past its lease (as by SIGSTOP): the others go
+        // on, and its commit is refused if one of them read since.
+        thread::sleep(Duration::from_millis(400));
+    }
+    if balances.iter().any(|&b| b < 0) {
+        // Refused as stale: give up this one.
+        return Ok(());
+    }
+    let amount = 1 + dice.below(5) as i64;
+    let moved = amount.min(balances[0]);
+    balances[0] -= moved;
+    balances[1] += moved;
+    let mut commit = redis::cmd("EVAL");
+    commit.arg(COMMIT_FENCED).arg(stores.len()).arg(&stores);
+    for (fence, balance) in fences.iter().zip(&balances) {
+        commit.arg(fence).arg(balance);
+    }
+    let _: i64 = commit.query(conn)?;
+    let mut release = redis::cmd("LOCK.MRELEASE");
+    release.arg(locks.len()).arg(&locks).arg(&owner);
+    // NOTOWNER when its lease ended meanwhile: nothing to release.
+    let _: redis::RedisResult<Value> = release.query(conn);
+    Ok(())
+}
+
+#[test]
+fn transfers_in_random_key_orders_conserve_money_under_stops_and_kills() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    for a in 0..6 {
+        admin
+            .call(&["HSET", &format!("acct:{a}"), "balance", "100", "fence", "0"])
+            .expect("seed");
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let url = server.url();
+            thread::spawn(move || {
+                let client = redis::Client::open(url).expect("client");
+                let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ ((w as u64 + 1) * 7919));
+                let (mut made, mut killed) = (0, 0);
+                while made + killed < 40 {
+                    let mut conn = client.get_connection().expect("connect");
+                    let _: () = redis::cmd("CLIENT")
+                        .arg(&["SETNAME", "worker"])
+                        .query(&mut conn)
+                        .expect("name");
+                    while made + killed < 40 {
+                        match transfer(&mut conn, &mut dice, w) {
+                            Ok(()) => made += 1,
+                            Err(_) => {
+                                killed += 1;
+                                break;
+                            }
+                        }
+                    }
+                }
+                made
+            })
+        })
+        .collect();
+    let killer = {
+        let done = done.clone();
+        let mut admin = server.conn();
+        thread::spawn(move || {
+            let mut kills = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(150));
+                let list: String = admin.value(&["CLIENT", "LIST"]);
+                if let Some(id) = list
+                    .lines()
+                    .filter(|line| line.contains("name=worker"))
+                    .find_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+                {
+                    admin.call(&["CLIENT", "KILL", "ID", id]).ok();
+                    kills += 1;
+                }
+            }
+            kills
+        })
+    };
+    let made: usize = workers
+        .into_iter()
+        .map(|w| w.join().expect("a worker finished: no deadlock"))
+        .sum();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kills = killer.join().expect("killer");
+    let total: i64 = (0..6)
+        .map(|a| admin.value::<i64, _>(&["HGET", &format!("acct:{a}"), "balance"]))
+        .sum();
+    eprintln!("transfers: {made} made, {kills} connections killed");
+    assert_eq!(total, 600, "money conserved");
+    assert!(made > 100, "{made} transfers");
+}
