@@ -1041,6 +1041,34 @@ mod tests {
     }
 
     #[test]
+    fn a_request_for_several_locks_is_first_in_line_or_not_on_each() {
+        let mut e = Engine::default();
+        park(&mut e, "a", 1);
+        let timers = e
+            .park_all(
+                vec![name("a"), name("b")],
+                2,
+                waiter(2),
+                &[None, Some(NOW + 50)],
+                NOW,
+            )
+            .expect("parked");
+        assert_eq!(timers.len(), 1, "the busy key's hold is checked");
+        park(&mut e, "b", 3);
+        assert_eq!(e.head_waits_on_several(&name("a")), None);
+        assert_eq!(e.head_waits_on_several(&name("b")), Some(2));
+        assert!(!e.is_first(&name("a"), 2) && e.is_first(&name("b"), 2));
+        // The rule for one lock stops at it: nobody behind it on b.
+        assert!(e.requests(&name("b"), None, 0, 8).is_empty());
+        // It leaves: every queue, and b is served again for 3.
+        let (left, again) = e.leave(2).expect("waiting");
+        assert_eq!(left.owner, b"w2");
+        assert_eq!(again, vec![name("b")]);
+        assert_eq!(e.requests(&name("b"), None, 0, 8).len(), 1);
+        assert_eq!(e.waiters(&name("a")), 1);
+    }
+
+    #[test]
     fn only_the_head_leaving_with_others_behind_asks_to_serve_again() {
         let mut e = Engine::default();
         for id in [1, 2, 3, 4] {

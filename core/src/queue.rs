@@ -477,6 +477,34 @@ mod tests {
     }
 
     #[test]
+    fn a_request_for_several_locks_has_one_place_in_every_queue() {
+        let mut q = WaitQueues::default();
+        q.push(name("a"), 1, "one on a");
+        assert!(q.push_all(name("b"), vec![name("a")], 2, "both"));
+        q.push(name("b"), 3, "one on b");
+        // One arrival order: 2 is behind 1 on a, ahead of 3 on b.
+        assert_eq!(q.head(&name("a")), Some(1));
+        assert_eq!(q.head(&name("b")), Some(2));
+        assert!(q.waits_on_several(2) && !q.waits_on_several(1));
+        assert_eq!(q.names_of(2), Some(vec![name("b"), name("a")]));
+        assert_eq!(q.total(), 3);
+        assert_eq!((q.len(&name("a")), q.len(&name("b"))), (2, 2));
+        // Leaving: out of both queues, and b (where it was first with 3
+        // behind) is named to be served again; a (behind 1) is not.
+        let (first, more, payload, heads) = q.remove_noting_heads(2).expect("waiting");
+        assert_eq!((first, more, payload), (name("b"), vec![name("a")], "both"));
+        assert_eq!(heads, vec![name("b")]);
+        assert_eq!((q.len(&name("a")), q.len(&name("b"))), (1, 1));
+        assert_eq!(q.head(&name("b")), Some(3));
+        // Popped from one queue, it leaves the others too.
+        q.push_all(name("c"), vec![name("b")], 4, "c and b");
+        assert_eq!(q.pop(&name("c")), Some((4, "c and b")));
+        assert_eq!(q.len(&name("b")), 1);
+        assert_eq!(q.pop(&name("b")), Some((3, "one on b")));
+        assert!(!q.has_waiters(&name("b")) && !q.has_waiters(&name("c")));
+    }
+
+    #[test]
     fn tombstones_do_not_pile_up() {
         let mut q = WaitQueues::default();
         q.push(name("k"), 0, ());
