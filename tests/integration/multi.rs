@@ -1009,3 +1009,26 @@ fn transfers_in_random_key_orders_conserve_money_under_stops_and_kills() {
     assert_eq!(total, 600, "money conserved");
     assert!(made > 100, "{made} transfers");
 }
+
+#[test]
+fn the_quarantine_begins_no_hold_and_serves_a_multi_waiter_when_it_ends() {
+    const QUARANTINE_MS: i64 = 1_500;
+    let server = Server::builder()
+        .config("lock.max-ttl", QUARANTINE_MS)
+        .start();
+    let mut c = server.conn();
+    let started = Instant::now();
+    assert_eq!(
+        macquire(&mut c, &["a", "b"], "o", 1_000, &[]),
+        Ok(Value::Nil)
+    );
+    assert_eq!(server.lock_info("a"), None);
+    let waiter = wait_all(&server, &["a", "b"], "w", 1_000, 10_000);
+    let got = fences(&waiter.join().expect("waiter"));
+    assert_eq!(got.len(), 2);
+    assert!(
+        started.elapsed() >= Duration::from_millis(QUARANTINE_MS as u64 / 2),
+        "granted only once the quarantine ended"
+    );
+    assert_eq!(owner(&server, "b").as_deref(), Some("w"));
+}
