@@ -372,7 +372,7 @@ fn a_multi_waiter_that_leaves_reserves_every_key_it_headed() {
 }
 
 #[test]
-fn inside_multi_wait_never_blocks() {
+fn inside_multi_or_a_script_wait_never_blocks() {
     let server = Server::start();
     let mut c = server.conn();
     assert!(c.acquire("b", "x", LONG).is_some());
@@ -387,6 +387,15 @@ fn inside_multi_wait_never_blocks() {
     assert_eq!(replies[0], Value::Nil);
     assert!(matches!(&replies[1], Value::Array(f) if f.len() == 2));
     assert_eq!(server.lock_info("a").expect("held").owner_text(), "o");
+    // In a script too; and EPHEMERAL there is refused, nothing held.
+    let call = |opts: &str| {
+        format!("return redis.call('LOCK.MACQUIRE', '2', KEYS[1], KEYS[2], 'p', '1000'{opts})")
+    };
+    let waited = c.call(&["EVAL", &call(", 'WAIT', '0'"), "2", "b", "d"]);
+    assert_eq!(waited, Ok(Value::Nil));
+    let refused = c.err(&["EVAL", &call(", 'EPHEMERAL'"), "2", "d", "e"]);
+    assert!(refused.contains("EPHEMERAL"), "{refused}");
+    assert_eq!(server.lock_info("d"), None);
 }
 
 /// Each holder of a lock: owner, count, fence.
