@@ -1126,6 +1126,27 @@ fn serve_several<H: Host>(host: &mut H, id: u64, in_command: bool) -> Vec<LockNa
             }
         }
     }
+    // A cluster slot migration may have moved a free lock to another node:
+    // its waiters, this one included, follow it there (as for one lock)
+    // rather than being granted it here; the others of its keys are
+    // served again for those behind it.
+    let free = |one: &Opened<H::Key>| match &one.stored {
+        Stored::Free => true,
+        Stored::Listed(holds) => holds.is_free(one.now),
+        Stored::One { .. } => false,
+    };
+    let all_read = opened.len() == names.len();
+    let moved = names
+        .iter()
+        .zip(&opened)
+        .filter(|_| all_read)
+        .filter(|(_, one)| free(one))
+        .find_map(|(name, _)| host.moved_to(name).map(|error| (name.clone(), error)));
+    if let Some((name, error)) = moved {
+        put_back(host, opened);
+        host.redirect(&name, &error);
+        return names;
+    }
     if busy || refused.is_some() || opened.len() != names.len() {
         put_back(host, opened);
         if let Some(error) = refused.filter(|_| !busy) {
