@@ -7,7 +7,7 @@
 
 use crate::error::LockError;
 use crate::holds::Mode;
-pub use crate::limits::{FENCE_AHEAD_MS, MAX_LIMIT, MAX_MS, MAX_OWNER_LEN};
+pub use crate::limits::{FENCE_AHEAD_MS, MAX_KEYS, MAX_LIMIT, MAX_MS, MAX_OWNER_LEN};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub struct Acquire<'a> {
     /// `EPHEMERAL`: a fresh hold ends when the connection it is granted on
     /// closes.
     pub ephemeral: bool,
+    /// `PERMITS k`: the semaphore's permits the hold is worth (1 without).
+    pub permits: u32,
 }
 
 /// `LOCK.REENTER key owner [ttl-ms]`
@@ -84,7 +86,7 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
     };
     // The options, in any order, each at most once; their values are
     // checked only once the whole grammar is known to fit.
-    let (mut wait, mut shared, mut limit) = (None, false, None);
+    let (mut wait, mut shared, mut limit, mut permits) = (None, false, None, None);
     let mut ephemeral = false;
     let mut rest = rest;
     while let [word, tail @ ..] = rest {
@@ -95,6 +97,10 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
             }
             [value, tail @ ..] if is_word(word, "LIMIT") && limit.is_none() => {
                 limit = Some(value);
+                tail
+            }
+            [value, tail @ ..] if is_word(word, "PERMITS") && permits.is_none() => {
+                permits = Some(value);
                 tail
             }
             _ if is_word(word, "SHARED") && !shared => {
@@ -108,13 +114,21 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
             _ => return Err(LockError::Syntax),
         };
     }
-    if limit.is_some() && !shared {
+    if (limit.is_some() && !shared) || (permits.is_some() && limit.is_none()) {
         return Err(LockError::Syntax);
     }
     let ttl_ms = parse_ttl(ttl, max_ttl)?;
     let wait_ms = wait.map(parse_timeout).transpose()?;
     let limit = limit.map(parse_limit).transpose()?;
+    let permits = match (permits, limit) {
+        (Some(k), Some(n)) => parse_int(k)
+            .and_then(|k| u32::try_from(k).ok())
+            .filter(|k| (1..=n).contains(k))
+            .ok_or(LockError::BadPermits)?,
+        _ => 1,
+    };
     Ok(Acquire {
+        permits,
         owner: parse_owner(owner)?,
         ttl_ms,
         wait_ms,
@@ -125,6 +139,76 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
         },
         ephemeral,
     })
+}
+
+/// A command for several locks: `NAME numkeys key [key ...] rest…`. The
+/// keys, and the arguments from the last key on, shaped as the single-lock
+/// command's (name, key, rest…) so its own parser reads the rest.
+pub struct Several<'a, A> {
+    pub keys: Vec<&'a [u8]>,
+    pub single: &'a [A],
+}
+
+/// Reads `numkeys` and the keys of a command for several locks: `numkeys`
+/// in `1..=64` (else [`LockError::BadNumKeys`]), that many keys present
+/// (else arity), and the rest handed on as a single-lock command's
+/// arguments. Distinct keys are checked by [`distinct`], after the rest.
+pub fn parse_several<A: AsRef<[u8]>>(args: &[A]) -> Result<Several<'_, A>, LockError> {
+    let [_, numkeys, ..] = args else {
+        return Err(LockError::WrongArity);
+    };
+    let n = parse_int(numkeys)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=MAX_KEYS).contains(n))
+        .ok_or(LockError::BadNumKeys)?;
+    let keys = args.get(2..2 + n).ok_or(LockError::WrongArity)?;
+    Ok(Several {
+        keys: keys.iter().map(AsRef::as_ref).collect(),
+        single: &args[n..],
+    })
+}
+
+/// The keys of a command for several locks must be distinct.
+pub fn distinct(keys: &[&[u8]]) -> Result<(), LockError> {
+    let mut sorted = keys.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(LockError::DuplicateKey);
+    }
+    Ok(())
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [options]`: the keys,
+/// and the request as `LOCK.ACQUIRE`'s.
+pub fn parse_acquire_all<A: AsRef<[u8]>>(
+    args: &[A],
+    max_ttl: u64,
+) -> Result<(Vec<&[u8]>, Acquire<'_>), LockError> {
+    let several = parse_several(args)?;
+    let request = parse_acquire(several.single, max_ttl)?;
+    distinct(&several.keys)?;
+    Ok((several.keys, request))
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] owner [ALL]`.
+pub fn parse_release_all<A: AsRef<[u8]>>(
+    args: &[A],
+) -> Result<(Vec<&[u8]>, Release<'_>), LockError> {
+    let several = parse_several(args)?;
+    let request = parse_release(several.single)?;
+    distinct(&several.keys)?;
+    Ok((several.keys, request))
+}
+
+/// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms`.
+pub fn parse_renew_all<A: AsRef<[u8]>>(
+    args: &[A],
+    max_ttl: u64,
+) -> Result<(Vec<&[u8]>, Renew<'_>), LockError> {
+    let several = parse_several(args)?;
+    let request = parse_renew(several.single, max_ttl)?;
+    distinct(&several.keys)?;
+    Ok((several.keys, request))
 }
 
 pub fn parse_reenter<'a, A: AsRef<[u8]>>(
@@ -280,7 +364,13 @@ fn parse_apply_shared<A: AsRef<[u8]>>(
     let [_, _, word, limit, holders @ ..] = args else {
         return None;
     };
-    if !is_word(word, "SHARED") || holders.is_empty() || holders.len() % 5 != 0 {
+    // `SHAREDP`: each holder also has its permits.
+    let width = match () {
+        _ if is_word(word, "SHARED") => 5,
+        _ if is_word(word, "SHAREDP") => 6,
+        _ => return None,
+    };
+    if holders.is_empty() || holders.len() % width != 0 {
         return None;
     }
     let parse = || {
@@ -293,7 +383,7 @@ fn parse_apply_shared<A: AsRef<[u8]>>(
                 .ok_or(LockError::BadNumber)
         };
         let holders = holders
-            .chunks_exact(5)
+            .chunks_exact(width)
             .map(|h| {
                 Ok(crate::holds::Holder {
                     owner: parse_owner(&h[0])?.to_vec(),
@@ -303,6 +393,7 @@ fn parse_apply_shared<A: AsRef<[u8]>>(
                         expires_at: positive(&h[3])?,
                     },
                     since: parse_int(&h[4]).ok_or(LockError::BadNumber)?,
+                    permits: h.get(5).map_or(Ok(1), parse_permits)?,
                 })
             })
             .collect::<Result<Vec<_>, LockError>>()?;
@@ -340,11 +431,19 @@ fn parse_apply_share<'a, A: AsRef<[u8]>>(
         [_, _, word, owner] if is_word(word, "UNSHARE") => {
             Some(parse_owner(owner).map(ShareChange::Unshare))
         }
-        [_, _, word, limit, owner, count, fence, lease, since] if is_word(word, "SHARE") => {
+        [_, _, word, limit, owner, count, fence, lease, since, rest @ ..]
+            if is_word(word, "SHARE") =>
+        {
             let positive = |arg: &A| {
                 parse_int(arg)
                     .filter(|&n| n >= 1)
                     .ok_or(LockError::BadNumber)
+            };
+            // `PERMITS k` after the hold: a share worth more than one.
+            let permits = match rest {
+                [] => None,
+                [word, k] if is_word(word, "PERMITS") => Some(k),
+                _ => return None,
             };
             let parse = || {
                 let limit = parse_int(limit)
@@ -358,6 +457,7 @@ fn parse_apply_share<'a, A: AsRef<[u8]>>(
                         expires_at: positive(lease)?,
                     },
                     since: parse_int(since).ok_or(LockError::BadNumber)?,
+                    permits: permits.map_or(Ok(1), parse_permits)?,
                 };
                 let limit = u32::try_from(limit).ok().filter(|&n| n > 0);
                 Ok(ShareChange::Share(Mode::Shared { limit }, holder))
@@ -394,6 +494,14 @@ fn parse_timeout<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
     parse_int(arg)
         .filter(|&ms| ms <= MAX_MS)
         .ok_or(LockError::BadTimeout)
+}
+
+/// A share's permits as a master sends them: `1..=1,000,000`.
+fn parse_permits<A: AsRef<[u8]>>(arg: &A) -> Result<u32, LockError> {
+    parse_int(arg)
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or(LockError::BadNumber)
 }
 
 /// A `LIMIT`: `1..=1,000,000` owners.
@@ -443,6 +551,63 @@ mod tests {
     }
 
     #[test]
+    fn several_locks_read_numkeys_keys_then_the_single_grammar() {
+        let args = v("LOCK.MACQUIRE 2 a b o 100 SHARED WAIT 5");
+        let (keys, req) = parse_acquire_all(&args, 0).unwrap();
+        assert_eq!(keys, [b"a".as_slice(), b"b".as_slice()]);
+        assert_eq!(req.owner, b"o");
+        assert_eq!(req.ttl_ms, 100);
+        assert_eq!(req.wait_ms, Some(5));
+        assert_eq!(req.mode, Mode::Shared { limit: None });
+        let line = v("LOCK.MRELEASE 1 a o ALL");
+        let (keys, rel) = parse_release_all(&line).unwrap();
+        assert_eq!((keys.len(), rel.all), (1, true));
+        let line = v("LOCK.MRENEW 3 a b c o 7");
+        let (keys, renew) = parse_renew_all(&line, 0).unwrap();
+        assert_eq!((keys.len(), renew.ttl_ms), (3, 7));
+        // (line, error), in the order of checks.
+        let cases = [
+            ("LOCK.MACQUIRE", WrongArity),
+            ("LOCK.MACQUIRE 0 a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE 65 a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE -1 a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE x a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE 3 a b", WrongArity),
+            ("LOCK.MACQUIRE 2 a b o", WrongArity),
+            ("LOCK.MACQUIRE 2 a b o 100 BOGUS", Syntax),
+            ("LOCK.MACQUIRE 2 a b o 0", BadTtl),
+            ("LOCK.MACQUIRE 2 a a o 100", DuplicateKey),
+            ("LOCK.MRELEASE 2 a b", WrongArity),
+            ("LOCK.MRELEASE 2 a b o NOTALL", Syntax),
+            ("LOCK.MRELEASE 2 b b o", DuplicateKey),
+            ("LOCK.MRENEW 2 a b o", WrongArity),
+            ("LOCK.MRENEW 2 a b o x", BadTtl),
+        ];
+        for (line, want) in cases {
+            let args = v(line);
+            let got = if line.starts_with("LOCK.MACQUIRE") {
+                parse_acquire_all(&args, 0).map(drop)
+            } else if line.starts_with("LOCK.MRELEASE") {
+                parse_release_all(&args).map(drop)
+            } else {
+                parse_renew_all(&args, 0).map(drop)
+            };
+            assert_eq!(got, Err(want), "{line}");
+        }
+        let many = format!(
+            "LOCK.MACQUIRE 64 {} o 100",
+            (0..64)
+                .map(|i| format!("k{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert_eq!(
+            parse_acquire_all(&v(&many), 0).map(|(keys, _)| keys.len()),
+            Ok(64)
+        );
+    }
+
+    #[test]
     fn acquire_parses_with_and_without_wait() {
         let a = v("LOCK.ACQUIRE k o 100");
         assert_eq!(
@@ -453,6 +618,7 @@ mod tests {
                 wait_ms: None,
                 mode: Mode::Exclusive,
                 ephemeral: false,
+                permits: 1,
             })
         );
         let a = v("lock.acquire k o 100 wait 0");
@@ -464,8 +630,30 @@ mod tests {
                 wait_ms: Some(0),
                 mode: Mode::Exclusive,
                 ephemeral: false,
+                permits: 1,
             })
         );
+    }
+
+    #[test]
+    fn permits_need_a_limit_and_fit_within_it() {
+        let got = |line: &str| parse_acquire(&v(line), 0).map(|a| (a.mode, a.permits));
+        let sem = |n| Mode::Shared { limit: Some(n) };
+        assert_eq!(got("x k o 5 SHARED LIMIT 4 PERMITS 3"), Ok((sem(4), 3)));
+        assert_eq!(got("x k o 5 PERMITS 4 SHARED LIMIT 4"), Ok((sem(4), 4)));
+        assert_eq!(got("x k o 5 SHARED LIMIT 4"), Ok((sem(4), 1)));
+        assert_eq!(got("x k o 5 SHARED PERMITS 1"), Err(Syntax));
+        assert_eq!(got("x k o 5 PERMITS 1"), Err(Syntax));
+        assert_eq!(
+            got("x k o 5 SHARED LIMIT 4 PERMITS 1 PERMITS 1"),
+            Err(Syntax)
+        );
+        assert_eq!(got("x k o 5 SHARED LIMIT 4 PERMITS"), Err(Syntax));
+        for bad in ["0", "5", "-1", "x", "01"] {
+            let line = format!("x k o 5 SHARED LIMIT 4 PERMITS {bad}");
+            assert_eq!(got(&line), Err(BadPermits), "{line}");
+        }
+        assert_eq!(got("x k o 5 SHARED LIMIT 0 PERMITS 1"), Err(BadLimit));
     }
 
     #[test]

@@ -207,9 +207,50 @@ impl<'a> Args<'a> {
 
     /// The key (argument 1) as a string Redis can use.
     pub fn key(&self) -> Result<RedisString, LockError> {
-        let key = *self.strings.get(1).ok_or(LockError::WrongArity)?;
+        self.key_at(1)
+    }
+
+    /// `count` keys from argument `first` on (a command for several
+    /// locks), as strings Redis can use.
+    pub fn keys(&self, first: usize, count: usize) -> Result<Vec<RedisString>, LockError> {
+        (first..first + count).map(|at| self.key_at(at)).collect()
+    }
+
+    fn key_at(&self, at: usize) -> Result<RedisString, LockError> {
+        let key = *self.strings.get(at).ok_or(LockError::WrongArity)?;
         Ok(RedisString::new(NonNull::new(self.ctx), key))
     }
+}
+
+/// For a command whose keys follow `numkeys` (registered with
+/// `getkeys-api`): whether the server is asking where its keys are rather
+/// than running it, and if so, tells it — argument 1 counts the keys, which
+/// follow from argument 2. Redis 7.0 routes a cluster command, and refuses
+/// keys of several slots, by this answer or by a fixed key range, not by
+/// the key spec.
+pub(crate) fn keys_asked(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> bool {
+    // SAFETY: a command's live context; the API table is filled in at load.
+    let asked = unsafe { raw::RedisModule_IsKeysPositionRequest.map_or(0, |f| f(ctx)) } != 0;
+    if !asked {
+        return false;
+    }
+    let count = args
+        .get(1)
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(redislock_core::limits::MAX_KEYS);
+    for pos in 2..(2 + count).min(args.len()) {
+        let Ok(pos) = c_int::try_from(pos) else {
+            break;
+        };
+        // SAFETY: as above; `pos` is an argument of this command.
+        unsafe {
+            if let Some(key_at) = raw::RedisModule_KeyAtPos {
+                key_at(ctx, pos);
+            }
+        }
+    }
+    true
 }
 
 /// Whether the server runs in cluster mode.

@@ -61,6 +61,13 @@ mod memory;
 /// `MIGRATE` inside `MULTI` or a Lua script with clients waiting:
 /// the waiters follow the lock to the target, none is granted on the source.
 mod migrate;
+/// Several locks at once (`LOCK.MACQUIRE`, `MRELEASE`, `MRENEW`) and
+/// `PERMITS k`: all or none, first come first served across keys, no
+/// deadlock in crossing orders, waiters that leave, replication, restarts,
+/// Cluster, bad input, a hand-off's cost behind few or many waiters, and
+/// transfers between accounts under stops and kills, judged by a fenced
+/// store: money conserved.
+mod multi;
 /// Watching a lock: `LOCK.QUEUE`, and how long waits and holds last
 /// (`INFO lock`'s `wait_usec` and `hold_usec`).
 mod observe;
