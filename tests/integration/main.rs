@@ -61,6 +61,10 @@ mod memory;
 /// `MIGRATE` inside `MULTI` or a Lua script with clients waiting:
 /// the waiters follow the lock to the target, none is granted on the source.
 mod migrate;
+/// Several locks at once under stress: transfers between accounts under
+/// `LOCK.MACQUIRE` in crossing key orders, with stopped and killed holders
+/// and a fenced store: no deadlock, money conserved, stale holders refused.
+mod multi_stress;
 /// Watching a lock: `LOCK.QUEUE`, and how long waits and holds last
 /// (`INFO lock`'s `wait_usec` and `hold_usec`).
 mod observe;

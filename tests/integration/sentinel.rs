@@ -47,6 +47,10 @@ const DOWN_AFTER_MS: u64 = 1_000;
 const CONTROL_DOWN_AFTER_MS: u64 = 2_000;
 /// `lock.max-ttl`, the clients' lease.
 const MAX_TTL_MS: u64 = 1_000;
+/// How long a cut master stays cut after the promotion: the promoted node's
+/// quarantine (`lock.max-ttl`, plus the lag with the recommended settings)
+/// and a second more with both sides up.
+const PARTITION_LINGER: Duration = Duration::from_millis(3 * MAX_TTL_MS);
 /// Locks the clients share: few, so that both sides contend.
 const LOCKS: usize = 3;
 /// How long any one step of a round may take.
@@ -536,12 +540,18 @@ impl Setup {
     }
 
     /// One partition round: cut the master's link until Sentinel has
-    /// promoted a replica, then heal; `double`: cut the new master as soon as
-    /// it is promoted, too. Returns the failovers it made.
+    /// promoted a replica and the promoted node's quarantine has ended, then
+    /// heal; `double`: cut the new master as soon as it is promoted, too.
+    /// Returns the failovers it made.
     fn partition_round(&self, double: bool) -> usize {
         let old = self.master().expect("Sentinels agree on a master");
         self.net.link(old, false);
         let new = self.await_new_master(old);
+        // Both sides may grant only once the new master's quarantine (the
+        // lease cap) has ended: healing sooner turns the old master into a
+        // replica before the sides ever overlap, and the control run would
+        // show nothing, as it did when the heal came first.
+        thread::sleep(PARTITION_LINGER);
         let mut failovers = 1;
         if double {
             // The old master rejoins while the new one is cut off at once.
