@@ -26,6 +26,7 @@
 //! | [`takeover`] | 3: a holder vanishes, time from lease end to the waiter's hold |
 //! | [`crash`] | a holder process killed: time from the kill to the waiter's hold; what `EPHEMERAL` costs |
 //! | `sections/clock.rs` | a step of the server's wall clock under a holder: the module against the recipes |
+//! | `sections/multi.rs` | several locks or permits at once: the module against Redisson's `MultiLock`, node-redlock, bsm/redislock and redis-semaphore, written from their algorithms |
 //! | [`memory`] | 4: the bulk loader and `used_memory` per held lock |
 //! | [`drain`] | 5b: server CPU per hand-off with N clients waiting |
 //! | [`shared`], [`shared_recipes`] | shared holds: read-write locks and semaphores: the recipes' Lua, throughput, the stress check |

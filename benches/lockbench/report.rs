@@ -605,4 +605,5 @@ fn render_details(ctx: &Ctx, r: &Results, out: &mut String) {
     crate::sections::shared::render(ctx, r, out);
     crate::sections::crash::render(ctx, r, out);
     crate::sections::clock::render(r, out);
+    crate::sections::multi::render(r, out);
 }

@@ -7,6 +7,7 @@ pub mod contended;
 pub mod crash;
 pub mod drain;
 pub mod memory;
+pub mod multi;
 pub mod scale;
 pub mod shared;
 pub mod takeover;
@@ -25,7 +26,7 @@ use crate::throughput::{PairRun, Subject};
 use crate::Res;
 
 /// The sections, in run order.
-pub const ALL: [(&str, Section); 9] = [
+pub const ALL: [(&str, Section); 10] = [
     ("uncontended", uncontended::run),
     ("contended", contended::run),
     ("takeover", takeover::run),
@@ -35,6 +36,7 @@ pub const ALL: [(&str, Section); 9] = [
     ("shared", shared::run),
     ("crash", crash::run),
     ("clock", clock::run),
+    ("multi", multi::run),
 ];
 
 /// One section of the run: measures and adds to the results.
@@ -78,6 +80,8 @@ pub struct Results {
     pub crash: crash::CrashResults,
     /// A step of the server's wall clock under a holder.
     pub clock: clock::ClockResults,
+    /// Several locks or permits at once.
+    pub multi: multi::MultiResults,
     pub errors: Vec<String>,
 }
 

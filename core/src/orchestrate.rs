@@ -1089,10 +1089,13 @@ fn serve_several<H: Host>(host: &mut H, id: u64, in_command: bool) -> Vec<LockNa
     let Some(names) = host.engine(|e| e.names_of(id)) else {
         return Vec::new();
     };
-    if !names
-        .iter()
-        .all(|name| host.engine(|e| e.is_first(name, id)))
-    {
+    let first_on = |host: &mut H, name: &LockName| host.engine(|e| e.is_first(name, id));
+    let its_turn = if planted::ignores_arrival_order() {
+        names.iter().any(|name| first_on(host, name))
+    } else {
+        names.iter().all(|name| first_on(host, name))
+    };
+    if !its_turn {
         // Not its turn on some lock: that lock's queue reaches it.
         return Vec::new();
     }
@@ -1752,6 +1755,25 @@ pub mod planted {
         #[cfg(feature = "planted-flaw")]
         {
             HAND_OVER_PAST_SHARED.load(Ordering::Relaxed)
+        }
+        #[cfg(not(feature = "planted-flaw"))]
+        {
+            false
+        }
+    }
+
+    /// A request for several locks is served when it is first in line on
+    /// the lock being served, not on all of them: the arrival order across
+    /// their queues taken out, so it takes a lock an older request waits
+    /// for.
+    #[cfg(feature = "planted-flaw")]
+    pub static IGNORE_ARRIVAL_ORDER: AtomicBool = AtomicBool::new(false);
+
+    #[inline(always)]
+    pub(crate) fn ignores_arrival_order() -> bool {
+        #[cfg(feature = "planted-flaw")]
+        {
+            IGNORE_ARRIVAL_ORDER.load(Ordering::Relaxed)
         }
         #[cfg(not(feature = "planted-flaw"))]
         {

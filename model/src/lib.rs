@@ -15,6 +15,7 @@
 //! | [`server`] | one server: commands, waiters, leases, deletes, flushes, pauses, steps of its wall clock ([`wall_clock`]) |
 //! | [`failover`] | master, lagging replica, failover and restart, with and without the quarantine |
 //! | [`redlock`] | Redlock over 3 servers with crash and restart, with and without the FENCE round |
+//! | [`multi`] | several locks at once: requests in crossing orders, wide beside narrow, as one request each; and the hold-and-wait of asking one lock at a time |
 //! | [`shared`] | one lock shared by readers, writers or a semaphore's permits, one queue for both modes, with each protection taken out in turn |
 //!
 //! [`run`] checks a model and reports what held and what did not, with a
@@ -30,6 +31,7 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
 pub use Search::{Bfs, Dfs};
 
 pub mod failover;
+pub mod multi;
 pub mod redlock;
 pub mod server;
 pub mod shared;

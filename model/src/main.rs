@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use redislock_model::{failover, redlock, run, server, shared, wall_clock, Report, Search};
+use redislock_model::{failover, multi, redlock, run, server, shared, wall_clock, Report, Search};
 
 /// One check: its label, and the properties it must violate (a model run
 /// without the protection it is built to show).
@@ -206,6 +206,33 @@ fn checks() -> Vec<Check> {
         }),
         properties,
     ));
+    // Several locks at once: three requests in a cycle of orders, then a
+    // wide request for three locks among narrow ones, longer.
+    for bounds in [
+        multi::Bounds::full(),
+        multi::Bounds {
+            horizon: 4,
+            wait: 3,
+            commands: 3,
+            ..multi::Bounds::wide_and_narrow()
+        },
+    ] {
+        let name = format!("multi {bounds:?}");
+        let label = name.clone();
+        checks.push((
+            name,
+            Box::new(move |threads| {
+                run(
+                    &label,
+                    multi::MultiModel { bounds },
+                    Search::Dfs,
+                    threads,
+                    None,
+                )
+            }),
+            vec![],
+        ));
+    }
     checks
 }
 

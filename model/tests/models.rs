@@ -1,7 +1,7 @@
 //! The models at their quick bounds (`make test`): every property holds,
 //! and the counterexamples the models are built to show are found.
 
-use redislock_model::{failover, redlock, run, server, shared, wall_clock, Report, Search};
+use redislock_model::{failover, multi, redlock, run, server, shared, wall_clock, Report, Search};
 
 fn assert_all_held(report: &Report) {
     print!("{}", report.summary());
@@ -275,4 +275,68 @@ fn shared_without_the_limit_a_semaphore_is_oversold() {
         "at most limit owners share a semaphore",
     );
     assert!(trace.contains("holds"), "{trace}");
+}
+
+fn multi_model(label: &str, bounds: multi::Bounds) -> Report {
+    run(label, multi::MultiModel { bounds }, Search::Bfs, 2, None)
+}
+
+/// Two requests for `a` and `b` in crossing orders beside one for `b`:
+/// never a deadlock, a partial hold or a waiter overtaken on any lock.
+#[test]
+fn several_locks_in_crossing_orders_keep_every_guarantee() {
+    let report = multi_model("multi: crossing orders", multi::Bounds::crossing());
+    assert_all_held(&report);
+}
+
+/// A request for three locks between requests for one at either end: it
+/// is served, and no narrow request overtakes it.
+#[test]
+fn a_wide_request_beside_narrow_ones_keeps_every_guarantee() {
+    let report = multi_model("multi: wide and narrow", multi::Bounds::wide_and_narrow());
+    assert_all_held(&report);
+}
+
+/// A semaphore of two asked for 1, 2 and 1 permits: never more than two
+/// held, and the request for two is not overtaken by those for one.
+#[test]
+fn several_permits_of_a_semaphore_keep_every_guarantee() {
+    let report = multi_model("multi: permits", multi::Bounds::permits());
+    assert_all_held(&report);
+}
+
+/// Permits of two semaphores at once, in crossing orders.
+#[test]
+fn several_permits_of_two_semaphores_in_crossing_orders_keep_every_guarantee() {
+    let report = multi_model("multi: permits on two", multi::Bounds::permits_on_two());
+    assert_all_held(&report);
+}
+
+/// Asking for the locks one at a time, each with `WAIT`, holds the first
+/// while waiting for the next: the hold-and-wait the one request avoids.
+#[test]
+fn several_locks_asked_for_one_at_a_time_hold_some_while_waiting() {
+    let property = "never a partial hold: a request holds all its locks or none";
+    let bounds = multi::Bounds {
+        flaw: Some(multi::Flaw::OneByOne),
+        ..multi::Bounds::crossing()
+    };
+    let report = run(
+        "multi, one lock at a time",
+        multi::MultiModel { bounds },
+        Search::Bfs,
+        1,
+        Some(&[property]),
+    );
+    print!("{}", report.summary());
+    let trace = report
+        .counterexample(property)
+        .expect("the checker finds a client holding some of its locks")
+        .to_string();
+    println!("{trace}");
+    // c1 holds `b` of its `[b, a]` and not `a`.
+    assert!(
+        trace.contains("b: c1") && !trace.contains("a: c1"),
+        "{trace}"
+    );
 }

@@ -13,16 +13,21 @@
 //! - `orchestrate::planted::BARGE_PAST_WAITERS`: `LOCK.ACQUIRE` ignores
 //!   the clients waiting, so a reader asking while a writer waits is
 //!   granted at once beside the readers holding.
+//! - `orchestrate::planted::IGNORE_ARRIVAL_ORDER`: a request for several
+//!   locks is served when it is first in line on the lock being served, not
+//!   on all of them, so it takes a lock an older request still waits for.
 //! - `planted::LEASES_ON_WALL_CLOCK`: the server's lease decisions read its
 //!   wall clock instead of the lease clock, so a forward step of the wall
 //!   clock ends a lease early and a second client is granted the lock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redislock_core::orchestrate::planted::{BARGE_PAST_WAITERS, HAND_OVER_PAST_SHARED};
+use redislock_core::orchestrate::planted::{
+    BARGE_PAST_WAITERS, HAND_OVER_PAST_SHARED, IGNORE_ARRIVAL_ORDER,
+};
 use redislock_core::planted::LEASES_ON_WALL_CLOCK;
 use redislock_core::shared_queue::planted::SERVE_PAST_A_WRITER;
-use redislock_model::{run, server, shared, wall_clock, Search};
+use redislock_model::{multi, run, server, shared, wall_clock, Search};
 
 /// Runs the readers-and-a-writer model with `switch` set until `property`
 /// fails; the trace that breaks it.
@@ -67,6 +72,29 @@ fn flaws_planted_in_the_core_are_caught() {
         "no reader is granted before a writer that came earlier",
     );
     assert!(trace.contains("A READER OVERTOOK A WRITER"), "{trace}");
+
+    // Several locks in crossing orders, at the bounds of
+    // `several_locks_in_crossing_orders_keep_every_guarantee` in models.rs.
+    let property = "no waiter is overtaken on any of its locks";
+    let model = multi::MultiModel {
+        bounds: multi::Bounds::crossing(),
+    };
+    IGNORE_ARRIVAL_ORDER.store(true, Ordering::Relaxed);
+    let report = run(
+        "multi, arrival order ignored",
+        model,
+        Search::Bfs,
+        1,
+        Some(&[property]),
+    );
+    IGNORE_ARRIVAL_ORDER.store(false, Ordering::Relaxed);
+    print!("{}", report.summary());
+    let trace = report
+        .counterexample(property)
+        .unwrap_or_else(|| panic!("the checker misses the planted flaw: {}", report.summary()))
+        .to_string();
+    println!("{trace}");
+    assert!(trace.contains("A WAITER WAS OVERTAKEN"), "{trace}");
 
     // The server model with a step of its wall clock, at the bounds of
     // `server_model_across_a_step_of_the_wall_clock_keeps_every_guarantee`

@@ -24,12 +24,30 @@ const COMMANDS: &[&str] = &[
     "LOCK.FENCE",
     "LOCK.APPLY",
     "LOCK.LASTFENCE",
+    "LOCK.MACQUIRE",
+    "LOCK.MRELEASE",
+    "LOCK.MRENEW",
     "lock.acquire",
     "lock.release",
 ];
 
 const WORDS: &[&str] = &[
-    "ALL", "all", "WAIT", "wait", "PXAT", "pxat", "PX", "EX", "NX", "", " ",
+    "ALL",
+    "all",
+    "WAIT",
+    "wait",
+    "PXAT",
+    "pxat",
+    "PX",
+    "EX",
+    "NX",
+    "",
+    " ",
+    "SHARED",
+    "LIMIT",
+    "PERMITS",
+    "permits",
+    "EPHEMERAL",
 ];
 
 const NUMBERS: &[&str] = &[

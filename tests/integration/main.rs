@@ -68,6 +68,11 @@ mod migrate;
 /// transfers between accounts under stops and kills, judged by a fenced
 /// store: money conserved.
 mod multi;
+/// Several locks at once under stress, with real processes: transfers
+/// between accounts under `LOCK.MACQUIRE` in crossing key orders, holders
+/// `SIGSTOP`ped past their lease and `SIGKILL`ed, a fenced store: no `WAIT`
+/// left behind, money conserved, stale holders refused.
+mod multi_stress;
 /// Watching a lock: `LOCK.QUEUE`, and how long waits and holds last
 /// (`INFO lock`'s `wait_usec` and `hold_usec`).
 mod observe;
