@@ -7,7 +7,7 @@
 
 use std::os::raw::c_long;
 
-use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::ffi::host::{self, Server};
 use crate::ffi::key::{Access, LockKey};
@@ -15,7 +15,7 @@ use crate::ffi::{config, ephemeral, guard, lease_clock, now_ms, partition, Args}
 use redislock_core::args;
 use redislock_core::error::LockError;
 use redislock_core::holds::{Holder, Holds, Mode};
-use redislock_core::orchestrate::{self, Acquired};
+use redislock_core::orchestrate::{self, Acquired, AcquiredAll};
 use redislock_core::{fence, stats};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]` → fence, or nil if busy.
@@ -50,6 +50,88 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
             Acquired::Parked => RedisValue::NoReply,
         })
     })
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [SHARED [LIMIT n]]
+/// [EPHEMERAL] [WAIT timeout-ms]` → an array of fences in the order of the
+/// keys, or nil: every lock or none, in one step. With `WAIT` the client
+/// parks on every lock as one request, first come first served across them.
+pub fn acquire_all(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.MACQUIRE", input, |argv| {
+        let (names, req) = args::parse_acquire_all(argv, config::max_ttl())?;
+        note_lock_names(&names);
+        if req.ephemeral {
+            ephemeral::refuse_in_script(ctx)?;
+        }
+        replicas_follow(ctx)?;
+        let keys = input.keys(2, names.len())?;
+        let targets: Vec<&RedisString> = keys.iter().collect();
+        let mut host = Server::new(ctx).ephemeral(req.ephemeral).list();
+        let acquired = orchestrate::acquire_all(
+            &mut host,
+            &targets,
+            req.owner,
+            req.mode,
+            req.ttl_ms,
+            req.wait_ms,
+        )?;
+        Ok(match acquired {
+            AcquiredAll::Held(holds) => {
+                for (key, hold) in keys.iter().zip(&holds) {
+                    // A reentry (count above 1) binds nothing new.
+                    if req.ephemeral && hold.count == 1 {
+                        ephemeral::bind_caller(ctx, key, req.owner, hold.fence);
+                    }
+                }
+                RedisValue::Array(holds.iter().map(|hold| integer(hold.fence)).collect())
+            }
+            AcquiredAll::Nil => RedisValue::Null,
+            AcquiredAll::Parked => RedisValue::NoReply,
+        })
+    })
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] owner [ALL]` → an array of the
+/// counts left, in the order of the keys; all or none (`NOTOWNER` if the
+/// owner does not hold one of them, and nothing changes).
+pub fn release_all(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.MRELEASE", input, |argv| {
+        let (names, req) = args::parse_release_all(argv)?;
+        let keys = input.keys(2, names.len())?;
+        let targets: Vec<&RedisString> = keys.iter().collect();
+        let left = orchestrate::release_all(&mut Server::new(ctx), &targets, req.owner, req.all)?;
+        for (key, hold) in keys.iter().zip(&left) {
+            if hold.is_none() {
+                ephemeral::released(ctx, key, req.owner);
+            }
+        }
+        Ok(RedisValue::Array(
+            left.iter()
+                .map(|hold| integer(hold.map_or(0, |hold| hold.count)))
+                .collect(),
+        ))
+    })
+}
+
+/// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms` → 1; all or none.
+pub fn renew_all(ctx: &Context, input: &Args) -> RedisResult {
+    run("LOCK.MRENEW", input, |argv| {
+        let (names, req) = args::parse_renew_all(argv, config::max_ttl())?;
+        replicas_follow(ctx)?;
+        let keys = input.keys(2, names.len())?;
+        let targets: Vec<&RedisString> = keys.iter().collect();
+        orchestrate::renew_all(&mut Server::new(ctx), &targets, req.owner, req.ttl_ms)?;
+        Ok(RedisValue::Integer(1))
+    })
+}
+
+/// The keys of a command that may make locks or waiters under several
+/// names: their notifications count from now on (the single-lock commands
+/// note their key before they run).
+fn note_lock_names(names: &[&[u8]]) {
+    for name in names {
+        crate::ffi::lock_names::note_lock_name(name);
+    }
 }
 
 /// `LOCK.REENTER key owner [ttl-ms]` → the new count.

@@ -7,7 +7,7 @@
 
 use crate::error::LockError;
 use crate::holds::Mode;
-pub use crate::limits::{FENCE_AHEAD_MS, MAX_LIMIT, MAX_MS, MAX_OWNER_LEN};
+pub use crate::limits::{FENCE_AHEAD_MS, MAX_KEYS, MAX_LIMIT, MAX_MS, MAX_OWNER_LEN};
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [EPHEMERAL] [WAIT timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
@@ -125,6 +125,76 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
         },
         ephemeral,
     })
+}
+
+/// A command for several locks: `NAME numkeys key [key ...] rest…`. The
+/// keys, and the arguments from the last key on, shaped as the single-lock
+/// command's (name, key, rest…) so its own parser reads the rest.
+pub struct Several<'a, A> {
+    pub keys: Vec<&'a [u8]>,
+    pub single: &'a [A],
+}
+
+/// Reads `numkeys` and the keys of a command for several locks: `numkeys`
+/// in `1..=64` (else [`LockError::BadNumKeys`]), that many keys present
+/// (else arity), and the rest handed on as a single-lock command's
+/// arguments. Distinct keys are checked by [`distinct`], after the rest.
+pub fn parse_several<A: AsRef<[u8]>>(args: &[A]) -> Result<Several<'_, A>, LockError> {
+    let [_, numkeys, ..] = args else {
+        return Err(LockError::WrongArity);
+    };
+    let n = parse_int(numkeys)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=MAX_KEYS).contains(n))
+        .ok_or(LockError::BadNumKeys)?;
+    let keys = args.get(2..2 + n).ok_or(LockError::WrongArity)?;
+    Ok(Several {
+        keys: keys.iter().map(AsRef::as_ref).collect(),
+        single: &args[n..],
+    })
+}
+
+/// The keys of a command for several locks must be distinct.
+pub fn distinct(keys: &[&[u8]]) -> Result<(), LockError> {
+    let mut sorted = keys.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(LockError::DuplicateKey);
+    }
+    Ok(())
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [options]`: the keys,
+/// and the request as `LOCK.ACQUIRE`'s.
+pub fn parse_acquire_all<A: AsRef<[u8]>>(
+    args: &[A],
+    max_ttl: u64,
+) -> Result<(Vec<&[u8]>, Acquire<'_>), LockError> {
+    let several = parse_several(args)?;
+    let request = parse_acquire(several.single, max_ttl)?;
+    distinct(&several.keys)?;
+    Ok((several.keys, request))
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] owner [ALL]`.
+pub fn parse_release_all<A: AsRef<[u8]>>(
+    args: &[A],
+) -> Result<(Vec<&[u8]>, Release<'_>), LockError> {
+    let several = parse_several(args)?;
+    let request = parse_release(several.single)?;
+    distinct(&several.keys)?;
+    Ok((several.keys, request))
+}
+
+/// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms`.
+pub fn parse_renew_all<A: AsRef<[u8]>>(
+    args: &[A],
+    max_ttl: u64,
+) -> Result<(Vec<&[u8]>, Renew<'_>), LockError> {
+    let several = parse_several(args)?;
+    let request = parse_renew(several.single, max_ttl)?;
+    distinct(&several.keys)?;
+    Ok((several.keys, request))
 }
 
 pub fn parse_reenter<'a, A: AsRef<[u8]>>(
@@ -440,6 +510,63 @@ mod tests {
 
     fn v(line: &str) -> Vec<Vec<u8>> {
         line.split(' ').map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn several_locks_read_numkeys_keys_then_the_single_grammar() {
+        let args = v("LOCK.MACQUIRE 2 a b o 100 SHARED WAIT 5");
+        let (keys, req) = parse_acquire_all(&args, 0).unwrap();
+        assert_eq!(keys, [b"a".as_slice(), b"b".as_slice()]);
+        assert_eq!(req.owner, b"o");
+        assert_eq!(req.ttl_ms, 100);
+        assert_eq!(req.wait_ms, Some(5));
+        assert_eq!(req.mode, Mode::Shared { limit: None });
+        let line = v("LOCK.MRELEASE 1 a o ALL");
+        let (keys, rel) = parse_release_all(&line).unwrap();
+        assert_eq!((keys.len(), rel.all), (1, true));
+        let line = v("LOCK.MRENEW 3 a b c o 7");
+        let (keys, renew) = parse_renew_all(&line, 0).unwrap();
+        assert_eq!((keys.len(), renew.ttl_ms), (3, 7));
+        // (line, error), in the order of checks.
+        let cases = [
+            ("LOCK.MACQUIRE", WrongArity),
+            ("LOCK.MACQUIRE 0 a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE 65 a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE -1 a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE x a o 100", BadNumKeys),
+            ("LOCK.MACQUIRE 3 a b", WrongArity),
+            ("LOCK.MACQUIRE 2 a b o", WrongArity),
+            ("LOCK.MACQUIRE 2 a b o 100 BOGUS", Syntax),
+            ("LOCK.MACQUIRE 2 a b o 0", BadTtl),
+            ("LOCK.MACQUIRE 2 a a o 100", DuplicateKey),
+            ("LOCK.MRELEASE 2 a b", WrongArity),
+            ("LOCK.MRELEASE 2 a b o NOTALL", Syntax),
+            ("LOCK.MRELEASE 2 b b o", DuplicateKey),
+            ("LOCK.MRENEW 2 a b o", WrongArity),
+            ("LOCK.MRENEW 2 a b o x", BadTtl),
+        ];
+        for (line, want) in cases {
+            let args = v(line);
+            let got = if line.starts_with("LOCK.MACQUIRE") {
+                parse_acquire_all(&args, 0).map(drop)
+            } else if line.starts_with("LOCK.MRELEASE") {
+                parse_release_all(&args).map(drop)
+            } else {
+                parse_renew_all(&args, 0).map(drop)
+            };
+            assert_eq!(got, Err(want), "{line}");
+        }
+        let many = format!(
+            "LOCK.MACQUIRE 64 {} o 100",
+            (0..64)
+                .map(|i| format!("k{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert_eq!(
+            parse_acquire_all(&v(&many), 0).map(|(keys, _)| keys.len()),
+            Ok(64)
+        );
     }
 
     #[test]

@@ -12,6 +12,8 @@ use crate::limits::{FENCE_AHEAD_MS, MAX_MS};
 pub enum LockError {
     /// Too few arguments: the server's standard arity error.
     WrongArity,
+    /// `numkeys` is not an integer in `1..=64`.
+    BadNumKeys,
     /// An argument past the grammar, or an unknown option.
     Syntax,
     /// `ttl-ms` is not an integer in `1..=2^40`.
@@ -28,6 +30,8 @@ pub enum LockError {
     BadNumber,
     /// The owner is empty or longer than [`crate::limits::MAX_OWNER_LEN`].
     BadOwner,
+    /// A key named twice in one command for several locks.
+    DuplicateKey,
     /// `EPHEMERAL` inside a Lua script or a function: the server does not
     /// tell a module which client called the script, so there is no
     /// connection to bind the hold to (and a silent ordinary hold would
@@ -63,6 +67,7 @@ impl LockError {
     pub fn message(self) -> &'static str {
         match self {
             LockError::WrongArity => "ERR wrong number of arguments",
+            LockError::BadNumKeys => NUMKEYS_MESSAGE,
             LockError::Syntax => "ERR syntax error",
             LockError::BadTtl => TTL_MESSAGE,
             LockError::TtlAboveMax => "ERR ttl-ms is above lock.max-ttl (CONFIG GET lock.max-ttl)",
@@ -71,6 +76,7 @@ impl LockError {
             LockError::BadFence => FENCE_MESSAGE,
             LockError::BadNumber => "ERR value is not an integer or out of range",
             LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",
+            LockError::DuplicateKey => "ERR the keys must be distinct",
             LockError::EphemeralInScript => {
                 "ERR EPHEMERAL is not allowed inside a script or a function: the server does not tell the module which client called it, so no connection can be bound to the hold"
             }
@@ -97,10 +103,12 @@ impl LockError {
 // Kept as consts so the bound printed is the bound enforced.
 const TTL_MESSAGE: &str = "ERR ttl-ms must be an integer from 1 to 1099511627776";
 const TIMEOUT_MESSAGE: &str = "ERR timeout-ms must be an integer from 0 to 1099511627776";
+const NUMKEYS_MESSAGE: &str = "ERR numkeys must be an integer from 1 to 64";
 const LIMIT_MESSAGE: &str = "ERR LIMIT must be an integer from 1 to 1000000";
 const FENCE_MESSAGE: &str =
     "ERR min-fence must be an integer from 1 to (unix_ms + 3600000) * 2^10 of the server clock";
 const _: () = assert!(FENCE_AHEAD_MS == 3_600_000);
 const _: () = assert!(crate::fence::CLOCK_SHIFT == 10);
 const _: () = assert!(crate::limits::MAX_LIMIT == 1_000_000);
+const _: () = assert!(crate::limits::MAX_KEYS == 64);
 const _: () = assert!(MAX_MS == 1_099_511_627_776);

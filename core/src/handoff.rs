@@ -130,8 +130,8 @@ pub struct InFlight {
 #[derive(Debug)]
 pub enum Gone<H> {
     /// It was waiting: here is its handle, to answer (or release) once,
-    /// and the lock to serve again if its leaving may let others in.
-    Waiting(Waiter<H>, Option<LockName>),
+    /// and the locks to serve again where its leaving may let others in.
+    Waiting(Waiter<H>, Vec<LockName>),
     /// It had been granted the lock but never got the reply: the grant is
     /// queued for the pump to take back, which the caller runs at once.
     Revoke,
@@ -171,6 +171,9 @@ pub struct Engine<H> {
     /// check that finds nobody waiting costs nothing).
     lease_checks: NameMap<u64>,
     in_flight: IdMap<InFlight>,
+    /// Grants of several locks at once whose reply is not out yet, one
+    /// entry per lock: all are taken back if the client never hears.
+    in_flight_several: IdMap<Vec<InFlight>>,
     /// Per lock, the mode of the shared requests waiting on it and how many
     /// wait (a lock's shared requests share one limit): a new shared
     /// request is checked against it without walking the queue. Follows
@@ -189,6 +192,7 @@ impl<H> Default for Engine<H> {
             retry_armed: false,
             lease_checks: NameMap::default(),
             in_flight: IdMap::default(),
+            in_flight_several: IdMap::default(),
             shared_waiting: NameMap::default(),
         }
     }
@@ -212,6 +216,9 @@ impl<H: Hash> Hash for Engine<H> {
         let in_flight = sorted(self.in_flight.keys());
         for id in in_flight {
             (id, &self.in_flight[id]).hash(state);
+        }
+        for id in sorted(self.in_flight_several.keys()) {
+            (id, &self.in_flight_several[id]).hash(state);
         }
     }
 }
@@ -276,6 +283,7 @@ impl<H> Engine<H> {
     ) -> Vec<(u64, Vec<u8>, Mode, u64)> {
         self.queues
             .iter(name)
+            .take_while(|&(id, _)| !self.queues.waits_on_several(id))
             .skip(skip)
             .take(take)
             .map(|(id, w)| {
@@ -294,7 +302,7 @@ impl<H> Engine<H> {
 
     /// Whether client `id` was granted a lock whose reply it has not had.
     pub fn is_in_flight(&self, id: u64) -> bool {
-        self.in_flight.contains_key(&id)
+        self.in_flight.contains_key(&id) || self.in_flight_several.contains_key(&id)
     }
 
     /// Whether grants wait to be taken back.
@@ -304,7 +312,7 @@ impl<H> Engine<H> {
 
     /// Whether any grant awaits its reply (the fast path of the command filter).
     pub fn any_in_flight(&self) -> bool {
-        !self.in_flight.is_empty()
+        !self.in_flight.is_empty() || !self.in_flight_several.is_empty()
     }
 
     // --- inputs ----------------------------------------------------------
@@ -335,6 +343,70 @@ impl<H> Engine<H> {
         }
         self.queues.push(name.clone(), id, waiter);
         Ok(holder_until.and_then(|at| self.arm_lease_check(name, at, now)))
+    }
+
+    /// Client `id` parks on every lock of `names` (two or more, distinct) as
+    /// one request, behind everyone already waiting on any of them: one
+    /// place in one arrival order across their queues. `holder_until[i]`:
+    /// when the live hold of `names[i]` ends, if any (a check is armed
+    /// then). `Err` as for [`park`](Engine::park).
+    pub fn park_all(
+        &mut self,
+        names: Vec<LockName>,
+        id: u64,
+        waiter: Waiter<H>,
+        holder_until: &[Option<u64>],
+        now: u64,
+    ) -> Result<Vec<Timer>, Waiter<H>> {
+        if self.queues.contains(id) || names.is_empty() {
+            return Err(waiter);
+        }
+        let mut timers = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            if let Mode::Shared { .. } = waiter.mode {
+                let entry = self
+                    .shared_waiting
+                    .entry(name.clone())
+                    .or_insert((waiter.mode, 0));
+                entry.1 += 1;
+            }
+            let until = holder_until.get(i).copied().flatten();
+            if let Some(timer) = until.and_then(|at| self.arm_lease_check(name.clone(), at, now)) {
+                timers.push(timer);
+            }
+        }
+        let mut names = names;
+        let first = names.remove(0);
+        self.queues.push_all(first, names, id, waiter);
+        Ok(timers)
+    }
+
+    /// The client first in line on `name` if it waits on several locks:
+    /// the queue's rules for one lock stop at it, and it is served on all
+    /// its locks at once.
+    pub fn head_waits_on_several(&self, name: &LockName) -> Option<u64> {
+        self.queues
+            .head(name)
+            .filter(|&id| self.queues.waits_on_several(id))
+    }
+
+    /// Whether client `id` is first in line on `name`.
+    pub fn is_first(&self, name: &LockName, id: u64) -> bool {
+        self.queues.head(name) == Some(id)
+    }
+
+    /// Every lock client `id` waits on, in the order it named them.
+    pub fn names_of(&self, id: u64) -> Option<Vec<LockName>> {
+        self.queues.names_of(id)
+    }
+
+    /// The request client `id` waits with: (owner, mode, ttl capped at
+    /// `lease_cap`).
+    pub fn request_of(&self, id: u64, lease_cap: Option<u64>) -> Option<(Vec<u8>, Mode, u64)> {
+        self.queues.get(id).map(|w| {
+            let ttl = lease_cap.map_or(w.ttl_ms, |cap| w.ttl_ms.min(cap));
+            (w.owner.clone(), w.mode, ttl)
+        })
     }
 
     /// `name` may have freed (a release, a deletion, a flush…): serve it at
@@ -471,40 +543,52 @@ impl<H> Engine<H> {
         self.in_flight.insert(id, grant);
     }
 
+    /// The glue wrote a grant of several locks (one [`InFlight`] each) and
+    /// unblocked the client; its reply is not out yet.
+    pub fn granted_several(&mut self, id: u64, grants: Vec<InFlight>) {
+        self.in_flight_several.insert(id, grants);
+    }
+
     /// `owner` just succeeded with a command of its own on `name` (a reentry,
     /// a renewal, a release, a fence): it is alive and using the lock, so no
     /// grant of `name` to that owner is taken back any more, even if the
     /// client it was granted to never hears of it.
     pub fn owner_active(&mut self, name: &LockName, owner: &[u8]) {
-        if self.in_flight.is_empty() && self.pending.revokes.is_empty() {
+        if !self.any_in_flight() && self.pending.revokes.is_empty() {
             return;
         }
         let other = |grant: &InFlight| grant.name != *name || grant.owner != owner;
         self.in_flight.retain(|_, grant| other(grant));
+        // A grant of several locks is in use once its owner uses one of
+        // them: none of them is taken back.
+        self.in_flight_several
+            .retain(|_, grants| grants.iter().all(&other));
         self.pending.revokes.retain(|grant| other(grant));
     }
 
     /// Client `id`'s reply was written: its grant stands.
     pub fn replied(&mut self, id: u64) {
         self.in_flight.remove(&id);
+        self.in_flight_several.remove(&id);
     }
 
     /// Client `id` stops waiting at its deadline or by `CLIENT UNBLOCK`:
-    /// its waiter, if it still waits, and the lock to serve again if it
+    /// its waiter, if it still waits, and the locks to serve again where it
     /// was first in line with others behind it (a reader that waited only
     /// behind a writer who leaves may join the readers holding the lock).
-    pub fn leave(&mut self, id: u64) -> Option<(Waiter<H>, Option<LockName>)> {
-        let (name, waiter, was_head) = self.queues.remove_noting_head(id)?;
-        self.no_longer_waits(&name, waiter.mode);
-        Some((waiter, was_head.then_some(name)))
+    /// A request for several locks leaves every queue it is in.
+    pub fn leave(&mut self, id: u64) -> Option<(Waiter<H>, Vec<LockName>)> {
+        let (name, more, waiter, heads) = self.queues.remove_noting_heads(id)?;
+        for one in std::iter::once(&name).chain(&more) {
+            self.no_longer_waits(one, waiter.mode);
+        }
+        Some((waiter, heads))
     }
 
-    /// Client `id`, just granted by the shared rule, leaves its queue: its
+    /// Client `id`, just granted, leaves every queue it waits in: its
     /// waiter, to answer.
     pub fn take(&mut self, id: u64) -> Option<Waiter<H>> {
-        let (name, waiter) = self.queues.remove(id)?;
-        self.no_longer_waits(&name, waiter.mode);
-        Some(waiter)
+        self.leave(id).map(|(waiter, _)| waiter)
     }
 
     /// Client `id` disconnected (or was unblocked with an error): it leaves
@@ -512,6 +596,10 @@ impl<H> Engine<H> {
     pub fn gone(&mut self, id: u64) -> Gone<H> {
         if let Some((waiter, serve)) = self.leave(id) {
             return Gone::Waiting(waiter, serve);
+        }
+        if let Some(grants) = self.in_flight_several.remove(&id) {
+            self.pending.revokes.extend(grants);
+            return Gone::Revoke;
         }
         match self.in_flight.remove(&id) {
             Some(grant) => {
@@ -947,7 +1035,9 @@ mod tests {
         for id in [1, 2, 3, 4] {
             park(&mut e, "k", id);
         }
-        let again = |left: Option<(Waiter<Handle>, Option<LockName>)>| left.and_then(|(_, n)| n);
+        let again = |left: Option<(Waiter<Handle>, Vec<LockName>)>| {
+            left.and_then(|(_, n)| n.first().cloned())
+        };
         // From the middle: the head still blocks everyone behind it.
         assert_eq!(again(e.leave(3)), None);
         // The head, with others behind: they may be let in now.

@@ -15,3 +15,6 @@ pub const MAX_LIMIT: u64 = 1_000_000;
 
 /// Largest reentrancy count: a lock value stores it in 32 bits.
 pub const MAX_COUNT: u64 = u32::MAX as u64;
+
+/// Most locks one command for several (`LOCK.MACQUIRE`, …) may name.
+pub const MAX_KEYS: usize = 64;

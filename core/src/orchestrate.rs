@@ -251,6 +251,15 @@ pub trait Host {
         fence: u64,
         until: u64,
     );
+    /// Answers a parked client granted every lock it waited on at once:
+    /// `holds[i]` of `names[i]`, in the order it named them.
+    fn reply_granted_all(
+        &mut self,
+        id: u64,
+        handle: Self::Handle,
+        names: &[LockName],
+        holds: &[Hold],
+    );
     /// A parked client `id` is about to be answered a fresh hold of `name`
     /// (for `owner`, with `fence`): where the host binds holds to
     /// connections. Reentries are not reported.
@@ -660,8 +669,9 @@ fn grant_freed<H: Host>(host: &mut H, name: &LockName, now: u64) -> Option<Grant
     if write_gate(host, true) != Gate::Open || host.quarantine_gate() != Gate::Open {
         return None;
     }
-    if host.engine(|e| e.head_is_shared(name)) {
-        // Shared requests at the head are granted together by [`serve`].
+    if host.engine(|e| e.head_is_shared(name) || e.head_waits_on_several(name).is_some()) {
+        // Shared requests at the head are granted together by [`serve`],
+        // and a request for several locks on all of them at once.
         return None;
     }
     let cap = host.lease_cap();
@@ -734,6 +744,473 @@ fn park<H: Host>(
 }
 
 // ---------------------------------------------------------------------------
+// Several locks at once.
+// ---------------------------------------------------------------------------
+
+/// What [`acquire_all`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquiredAll {
+    /// The caller holds every lock: one hold each, in the order named.
+    Held(Vec<Hold>),
+    /// Not every lock can be granted now: nil, nothing changed.
+    Nil,
+    /// Parked on every lock as one request: answered later.
+    Parked,
+}
+
+/// One lock of a request for several, opened and read.
+struct Opened<K> {
+    key: K,
+    stored: Stored,
+    now: u64,
+}
+
+/// Puts back what reading `opened` took out of the keys (listed holds),
+/// unchanged.
+fn put_back<H: Host>(host: &mut H, opened: Vec<Opened<H::Key>>) {
+    for one in opened {
+        let Opened {
+            mut key, stored, ..
+        } = one;
+        if let Stored::Listed(holds) = stored {
+            host.write(&mut key, Write::Listed(holds), Event::Acquire);
+        }
+    }
+}
+
+/// How a request in `mode` by `owner` reads a lock.
+fn read_for<'a>(mode: Mode, owner: &'a [u8]) -> Read<'a> {
+    match mode {
+        Mode::Exclusive => Read::Mine(owner),
+        Mode::Shared { .. } => Read::Listed,
+    }
+}
+
+/// What one lock decides for a request, without storing anything (no
+/// fence issued): the decision, and the live lease that keeps it busy.
+fn dry_decide(
+    stored: &Stored,
+    owner: &[u8],
+    mode: Mode,
+    ttl_ms: u64,
+    now: u64,
+    barriers: Barriers,
+) -> Result<(Acquire, Option<u64>), LockError> {
+    let (seen, busy_until) = match stored {
+        Stored::Listed(holds) => (holds.seen(owner, mode, now), holds.earliest_live_lease(now)),
+        Stored::One { hold, mine } => {
+            let live = !lock::ended(hold.expires_at, now);
+            (
+                Seen::stored(Some(*hold), *mine, now),
+                live.then_some(hold.expires_at),
+            )
+        }
+        Stored::Free => (Seen::stored(None, false, now), None),
+    };
+    let decision = lock::acquire(seen, ttl_ms, now, barriers, || 0)?;
+    Ok((decision, busy_until))
+}
+
+/// Stores the grant of one lock of a request for several, decided as
+/// [`dry_decide`] did (same barriers), now with its fence: the hold, and
+/// the first of several shared holds to end (a check is due then).
+fn store_grant<H: Host>(
+    host: &mut H,
+    opened: Opened<H::Key>,
+    (owner, mode, ttl_ms): (&[u8], Mode, u64),
+    barriers: Barriers,
+) -> Result<(Acquire, Option<u64>), LockError> {
+    let Opened {
+        mut key,
+        stored,
+        now,
+    } = opened;
+    match stored {
+        Stored::Listed(mut holds) => {
+            let ended = holds.drop_ended(now);
+            for _ in &ended {
+                stats::EXPIRED_HELD.incr();
+            }
+            let decision =
+                holds.apply(owner, mode, ttl_ms, now, barriers, || host.issue_fence(now));
+            let ends = shared_hold_ends(&holds);
+            let event = match decision {
+                Ok(Acquire::Reentered(_)) => Event::Reenter,
+                _ => Event::Acquire,
+            };
+            host.write(&mut key, Write::Listed(holds), event);
+            Ok((decision?, ends))
+        }
+        stored => {
+            let (held, mine) = match stored {
+                Stored::One { hold, mine } => (Some(hold), mine),
+                _ => (None, false),
+            };
+            let seen = Seen::stored(held, mine, now);
+            let decision = lock::acquire(seen, ttl_ms, now, barriers, || host.issue_fence(now))?;
+            match decision {
+                Acquire::Fresh(hold) => {
+                    if held.is_some() {
+                        // The previous hold's lease ended: free it as Redis would.
+                        host.remove(&mut key, Removal::Expired);
+                    }
+                    let write = match mode {
+                        Mode::Exclusive => Write::One {
+                            owner,
+                            hold,
+                            lease: Lease::Moved,
+                        },
+                        Mode::Shared { .. } => {
+                            let mut holds = Holds::free();
+                            holds.begin(owner, mode, ttl_ms, now, hold.fence);
+                            Write::Listed(holds)
+                        }
+                    };
+                    host.write(&mut key, write, Event::Acquire);
+                }
+                Acquire::Reentered(hold) => {
+                    let write = Write::One {
+                        owner,
+                        hold,
+                        lease: Lease::Moved,
+                    };
+                    host.write(&mut key, write, Event::Reenter);
+                }
+                Acquire::Busy => {}
+            }
+            Ok((decision, None))
+        }
+    }
+}
+
+/// `LOCK.MACQUIRE`: a hold on every lock of `targets` (distinct, at least
+/// one), all or none, in one step. Granted now when every lock would grant
+/// it as a single [`acquire`] would (free, the caller's own hold, or shared
+/// room, nobody waiting ahead there): fresh holds get their fences in the
+/// order named. Otherwise nil, or with `wait_ms` the caller parks on every
+/// lock as one request ([`Engine::park_all`]), served when it is first in
+/// line on all of them and all admit it ([`serve_several`]). It never
+/// holds some while waiting for others, and nobody who came later is
+/// granted any of them before it: so no deadlock in any key order.
+pub fn acquire_all<H: Host>(
+    host: &mut H,
+    targets: &[&H::Target],
+    owner: &[u8],
+    mode: Mode,
+    ttl_ms: u64,
+    wait_ms: Option<u64>,
+) -> Result<AcquiredAll, LockError> {
+    if let [target] = targets {
+        // One lock: the single request, with its reply as a list.
+        return Ok(match acquire(host, target, owner, mode, ttl_ms, wait_ms)? {
+            Acquired::Held(hold) => AcquiredAll::Held(vec![hold]),
+            Acquired::Nil => AcquiredAll::Nil,
+            Acquired::Parked => AcquiredAll::Parked,
+        });
+    }
+    // Clients waiting on a lock found free are served first: it is theirs.
+    for target in targets {
+        if let Some(name) = waiting_on(host, target) {
+            serve(host, &name, true);
+        }
+    }
+    let waiting: Vec<Option<LockName>> = targets.iter().map(|t| waiting_on(host, t)).collect();
+    let quarantined = host.quarantined();
+    let mut opened = Vec::with_capacity(targets.len());
+    for target in targets {
+        let mut key = host.open(target);
+        let now = host.key_now(&key);
+        match host.read(&mut key, read_for(mode, owner)) {
+            Ok(stored) => opened.push(Opened { key, stored, now }),
+            Err(error) => {
+                drop(key);
+                put_back(host, opened);
+                return Err(error);
+            }
+        }
+    }
+    // Decide every lock before changing any.
+    let mut barriers = Vec::with_capacity(targets.len());
+    let mut busy_until = Vec::with_capacity(targets.len());
+    let mut busy = false;
+    for (one, name) in opened.iter().zip(&waiting) {
+        let (waiters, waiting_mode) = match name {
+            Some(name) => host.engine(|e| (e.has_waiters(name), e.waiting_shared_mode(name))),
+            None => (false, None),
+        };
+        let these = Barriers {
+            waiters,
+            quarantined,
+        };
+        let decided = match &one.stored {
+            Stored::Listed(holds) => holds.check_limit(mode, waiting_mode, one.now),
+            _ => Ok(()),
+        }
+        .and_then(|()| dry_decide(&one.stored, owner, mode, ttl_ms, one.now, these));
+        match decided {
+            Ok((decision, until)) => {
+                busy |= decision == Acquire::Busy;
+                barriers.push(these);
+                busy_until.push(until);
+            }
+            Err(error) => {
+                put_back(host, opened);
+                return Err(error);
+            }
+        }
+    }
+    if busy {
+        put_back(host, opened);
+        return match wait_ms {
+            Some(timeout) if host.can_block() => {
+                let names: Vec<LockName> = targets.iter().map(|t| host.lock_name(t)).collect();
+                park_all(host, names, (owner, mode, ttl_ms), timeout, &busy_until)
+            }
+            _ => Ok(AcquiredAll::Nil),
+        };
+    }
+    let mut holds = Vec::with_capacity(targets.len());
+    let mut ends = Vec::with_capacity(targets.len());
+    for (one, these) in opened.into_iter().zip(barriers) {
+        let (decision, end) = store_grant(host, one, (owner, mode, ttl_ms), these)?;
+        match decision {
+            Acquire::Fresh(hold) => {
+                stats::ACQUIRED.incr();
+                holds.push((hold, true));
+            }
+            Acquire::Reentered(hold) => {
+                stats::REENTERED.incr();
+                holds.push((hold, false));
+            }
+            // Decided grantable above, with the same barriers.
+            Acquire::Busy => return Err(LockError::Internal),
+        }
+        ends.push(end);
+    }
+    let now = host.now();
+    for (((target, name), (hold, fresh)), end) in targets.iter().zip(&waiting).zip(&holds).zip(ends)
+    {
+        if !fresh {
+            owner_active(host, target, owner);
+            lease_changed(host, target, hold.expires_at);
+        }
+        check_hold_end(host, target, name.as_ref(), end, now);
+    }
+    Ok(AcquiredAll::Held(
+        holds.into_iter().map(|(hold, _)| hold).collect(),
+    ))
+}
+
+/// Parks the calling client on every lock of `names` as one request.
+fn park_all<H: Host>(
+    host: &mut H,
+    names: Vec<LockName>,
+    (owner, mode, ttl_ms): (&[u8], Mode, u64),
+    timeout_ms: u64,
+    busy_until: &[Option<u64>],
+) -> Result<AcquiredAll, LockError> {
+    let Some(first) = names.first() else {
+        return Ok(AcquiredAll::Nil);
+    };
+    let Some((id, handle)) = host.block(first, timeout_ms) else {
+        return Ok(AcquiredAll::Nil);
+    };
+    let waiter = Waiter {
+        owner: owner.to_vec(),
+        ttl_ms,
+        mode,
+        handle,
+    };
+    let now = host.now();
+    let free: Vec<LockName> = names
+        .iter()
+        .zip(busy_until)
+        .filter(|(_, until)| until.is_none())
+        .map(|(name, _)| name.clone())
+        .collect();
+    match host.engine(|e| e.park_all(names, id, waiter, busy_until, now)) {
+        Ok(timers) => {
+            stats::WAITING.add(1);
+            for timer in timers {
+                host.arm_lease_check(timer);
+            }
+        }
+        Err(waiter) => {
+            host.reply_nil(id, waiter.handle, Nil::Refused);
+            return Ok(AcquiredAll::Parked);
+        }
+    }
+    // A lock that is free but was not granted (others wait ahead, or a
+    // gate is closed) is looked at again, or deferred until the gate opens.
+    for name in free {
+        serve(host, &name, true);
+    }
+    Ok(AcquiredAll::Parked)
+}
+
+/// Serves client `id`, first in line on a lock and waiting on several:
+/// granted on all of them in this one step if it is first in line on
+/// every one and every one admits it (decided by [`lock::acquire`] as if
+/// it came now with nobody ahead); else nothing changes, and each lock
+/// that is busy is checked again when its hold ends. Costs the locks it
+/// names. Returns the locks to serve again after a grant (those behind
+/// it).
+fn serve_several<H: Host>(host: &mut H, id: u64, in_command: bool) -> Vec<LockName> {
+    let Some(names) = host.engine(|e| e.names_of(id)) else {
+        return Vec::new();
+    };
+    if !names
+        .iter()
+        .all(|name| host.engine(|e| e.is_first(name, id)))
+    {
+        // Not its turn on some lock: that lock's queue reaches it.
+        return Vec::new();
+    }
+    let cap = host.lease_cap();
+    let Some((owner, mode, ttl_ms)) = host.engine(|e| e.request_of(id, cap)) else {
+        return Vec::new();
+    };
+    let mut opened = Vec::with_capacity(names.len());
+    let mut checks = Vec::new();
+    let mut busy = false;
+    let mut refused = None;
+    for name in &names {
+        let mut key = host.open_name(name, in_command);
+        let now = host.key_now(&key);
+        match host.read(&mut key, read_for(mode, &owner)) {
+            Ok(stored) => {
+                match dry_decide(&stored, &owner, mode, ttl_ms, now, Barriers::NONE) {
+                    Ok((Acquire::Busy, until)) => {
+                        busy = true;
+                        checks.push((name.clone(), until));
+                    }
+                    Ok(_) => {}
+                    Err(error) => refused = Some(error),
+                }
+                opened.push(Opened { key, stored, now });
+            }
+            Err(_) => {
+                // Another type: wait for it to go, as `BLPOP` does.
+                busy = true;
+                checks.push((name.clone(), host.expires_at(&key)));
+            }
+        }
+    }
+    if busy || refused.is_some() || opened.len() != names.len() {
+        put_back(host, opened);
+        if let Some(error) = refused.filter(|_| !busy) {
+            // As it would have been refused had it asked now.
+            let Some((waiter, again)) = host.engine(|e| e.leave(id)) else {
+                return Vec::new();
+            };
+            stats::WAITING.add(-1);
+            host.reply_refused(id, waiter.handle, error);
+            return again;
+        }
+        let now = host.now();
+        for (name, until) in checks {
+            if let Some(at) = until {
+                let timer = host.engine(|e| e.hold_ends(&name, at, now));
+                arm(host, timer);
+            }
+        }
+        return Vec::new();
+    }
+    let mut holds = Vec::with_capacity(names.len());
+    for one in opened {
+        match store_grant(host, one, (&owner, mode, ttl_ms), Barriers::NONE) {
+            Ok((Acquire::Fresh(hold), _)) => holds.push((hold, true)),
+            Ok((Acquire::Reentered(hold), _)) => holds.push((hold, false)),
+            // Decided grantable above on the same holds: not reached.
+            Ok((Acquire::Busy, _)) | Err(_) => {}
+        }
+    }
+    let Some(waiter) = host.engine(|e| e.take(id)) else {
+        return Vec::new();
+    };
+    if holds.len() != names.len() {
+        host.reply_refused(id, waiter.handle, LockError::Internal);
+        return names;
+    }
+    let Waiter { owner, handle, .. } = waiter;
+    stats::WAITING.add(-1);
+    let mut in_flight = Vec::with_capacity(names.len());
+    for (name, (hold, fresh)) in names.iter().zip(&holds) {
+        if *fresh {
+            stats::ACQUIRED.incr();
+            stats::HANDOFFS.incr();
+            host.began(id, &handle, name, &owner, hold.fence);
+        } else {
+            stats::REENTERED.incr();
+        }
+        in_flight.push(InFlight {
+            name: name.clone(),
+            owner: owner.clone(),
+            fence: hold.fence,
+        });
+    }
+    host.engine(|e| e.granted_several(id, in_flight));
+    let holds: Vec<Hold> = holds.into_iter().map(|(hold, _)| hold).collect();
+    host.reply_granted_all(id, handle, &names, &holds);
+    // Those behind it: each lock is looked at again (a busy one arms its
+    // check at the new lease's end; shared room may let more in).
+    names
+}
+
+/// Checks that `owner` holds every lock of `targets` (live): `NOTOWNER`
+/// otherwise, and nothing changes.
+fn holds_all<H: Host>(host: &mut H, targets: &[&H::Target], owner: &[u8]) -> Result<(), LockError> {
+    for target in targets {
+        let mut key = host.open(target);
+        let now = host.key_now(&key);
+        let holds = match host.read(&mut key, Read::Mine(owner))? {
+            Stored::One { hold, mine } => mine && !lock::ended(hold.expires_at, now),
+            Stored::Listed(holds) => {
+                let holds_it = holds.of(owner, now).is_some();
+                host.write(&mut key, Write::Listed(holds), Event::Release);
+                holds_it
+            }
+            Stored::Free => false,
+        };
+        if !holds {
+            return Err(LockError::NotOwner);
+        }
+    }
+    Ok(())
+}
+
+/// `LOCK.MRELEASE`: [`release`] of every lock of `targets`, all or none
+/// (`NOTOWNER` if `owner` does not hold one of them, and nothing
+/// changes): the holds left (`None`: that lock's hold ended), in order.
+/// Each lock freed is handed to its waiters as a single release does.
+pub fn release_all<H: Host>(
+    host: &mut H,
+    targets: &[&H::Target],
+    owner: &[u8],
+    all: bool,
+) -> Result<Vec<Option<Hold>>, LockError> {
+    holds_all(host, targets, owner)?;
+    targets
+        .iter()
+        .map(|target| release(host, target, owner, all))
+        .collect()
+}
+
+/// `LOCK.MRENEW`: [`renew`] of every lock of `targets`, all or none.
+pub fn renew_all<H: Host>(
+    host: &mut H,
+    targets: &[&H::Target],
+    owner: &[u8],
+    ttl_ms: u64,
+) -> Result<Vec<Hold>, LockError> {
+    holds_all(host, targets, owner)?;
+    targets
+        .iter()
+        .map(|target| renew(host, target, owner, ttl_ms))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
 // Reports: a lock may have freed, a timer fired, a client left.
 // ---------------------------------------------------------------------------
 
@@ -767,7 +1244,7 @@ pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
     stats::WAITING.add(-1);
     stats::WAIT_TIMEOUTS.incr();
     host.reply_nil(id, waiter.handle, Nil::TimedOut);
-    if let Some(name) = again {
+    for name in again {
         serve(host, &name, false);
     }
     true
@@ -780,7 +1257,7 @@ pub fn deadline_passed<H: Host>(host: &mut H, id: u64) -> bool {
 pub fn unblocked<H: Host>(host: &mut H, id: u64) -> Option<Waiter<H::Handle>> {
     let (waiter, again) = host.engine(|e| e.leave(id))?;
     stats::WAITING.add(-1);
-    if let Some(name) = again {
+    for name in again {
         freed(host, name, false);
     }
     Some(waiter)
@@ -798,7 +1275,7 @@ pub fn client_left<H: Host>(host: &mut H, id: u64) -> Left {
             stats::WAITING.add(-1);
             host.reply_nil(id, waiter.handle, Nil::Left);
             // The requests behind it may be let in now.
-            if let Some(name) = again {
+            for name in again {
                 serve(host, &name, false);
             }
             Left::Waiting
@@ -875,9 +1352,22 @@ fn write_gate<H: Host>(host: &mut H, in_command: bool) -> Gate {
 /// the ended ones are dropped and the queue's rule ([`shared_queue::serve`],
 /// which asks [`lock::acquire`] for each request) grants the head's prefix
 /// it admits, each answered by [`answer_grant`] as a hand-over is.
+///
+/// A request for several locks first in line is served on all of them at
+/// once ([`serve_several`]); the locks its grant changes are served again
+/// here, in a loop (each round follows a grant, so it ends).
 pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
+    let mut again = serve_one(host, name, in_command);
+    while let Some(next) = again.pop() {
+        again.extend(serve_one(host, &next, in_command));
+    }
+}
+
+/// [`serve`] of one lock: the locks to serve again (after a grant of
+/// several locks at once).
+fn serve_one<H: Host>(host: &mut H, name: &LockName, in_command: bool) -> Vec<LockName> {
     if !in_command && !host.is_writer() {
-        return;
+        return Vec::new();
     }
     let gate = match write_gate(host, in_command) {
         closed @ Gate::Closed { .. } => closed,
@@ -894,7 +1384,10 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
         {
             host.arm_retry(delay);
         }
-        return;
+        return Vec::new();
+    }
+    if let Some(id) = host.engine(|e| e.head_waits_on_several(name)) {
+        return serve_several(host, id, in_command);
     }
     let mut key = host.open_name(name, in_command);
     let how = if host.engine(|e| e.head_is_shared(name)) {
@@ -909,7 +1402,7 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
             host.write(&mut key, Write::Listed(holds), Event::SharesEnded);
             Key::Free
         }
-        Ok(Stored::Listed(holds)) => return serve_listed(host, key, name, holds, now),
+        Ok(Stored::Listed(holds)) => return serve_listed(host, key, name, holds, now, in_command),
         Ok(Stored::Free) => Key::Free,
         Ok(Stored::One { hold, .. }) => Key::Held {
             until: hold.expires_at,
@@ -923,7 +1416,8 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
         // its waiters follow it there instead of being granted it here.
         if let Some(error) = host.moved_to(name) {
             drop(key);
-            return host.redirect(name, &error);
+            host.redirect(name, &error);
+            return Vec::new();
         }
     }
     // A client that waited gets at most the lease cap in force now.
@@ -933,6 +1427,7 @@ pub fn serve<H: Host>(host: &mut H, name: &LockName, in_command: bool) {
         Serve::Deferred { .. } => {}
         Serve::Grant(grant) => hand_over(host, &mut key, name, grant, now, Event::Acquire),
     }
+    Vec::new()
 }
 
 /// [`serve`] over listed holds: drops the holds whose lease ended, grants
@@ -945,7 +1440,8 @@ fn serve_listed<H: Host>(
     name: &LockName,
     mut holds: Holds,
     now: u64,
-) {
+    in_command: bool,
+) -> Vec<LockName> {
     let ended = holds.drop_ended(now);
     for _ in &ended {
         stats::EXPIRED_HELD.incr();
@@ -955,7 +1451,8 @@ fn serve_listed<H: Host>(
         if let Some(error) = host.moved_to(name) {
             host.write(&mut key, Write::Listed(holds), Event::SharesEnded);
             drop(key);
-            return host.redirect(name, &error);
+            host.redirect(name, &error);
+            return Vec::new();
         }
     }
     let cap = host.lease_cap();
@@ -1021,6 +1518,12 @@ fn serve_listed<H: Host>(
             }
         };
         answer_grant(host, name, one.id, waiter, hold, fresh);
+    }
+    // The rule stops at a request for several locks: it may be first in
+    // line now.
+    match host.engine(|e| e.head_waits_on_several(name)) {
+        Some(id) => serve_several(host, id, in_command),
+        None => Vec::new(),
     }
 }
 

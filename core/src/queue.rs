@@ -139,8 +139,18 @@ struct Queue {
 #[derive(Clone)]
 struct Waiter<T> {
     name: LockName,
+    /// The other locks a request for several waits on, in the order it
+    /// named them (empty for one lock). Its entry in each of their queues
+    /// carries the same `seq`: one arrival order across every queue.
+    more: Vec<LockName>,
     seq: u64,
     payload: T,
+}
+
+impl<T> Waiter<T> {
+    fn names(&self) -> impl Iterator<Item = &LockName> {
+        std::iter::once(&self.name).chain(&self.more)
+    }
 }
 
 impl<T> Default for WaitQueues<T> {
@@ -157,19 +167,51 @@ impl<T> WaitQueues<T> {
     /// Puts client `id` at the back of `name`'s queue. `false` (and nothing
     /// changes) if that client is already waiting somewhere.
     pub fn push(&mut self, name: LockName, id: u64, payload: T) -> bool {
+        self.push_all(name, Vec::new(), id, payload)
+    }
+
+    /// Puts client `id` at the back of the queue of `name` and of each of
+    /// `more` as one request: one place in the arrival order, shared by
+    /// every queue (the sequence numbers only grow, so each queue is in
+    /// that order). `false` (and nothing changes) if that client is already
+    /// waiting somewhere.
+    pub fn push_all(&mut self, name: LockName, more: Vec<LockName>, id: u64, payload: T) -> bool {
         let Entry::Vacant(slot) = self.waiters.entry(id) else {
             return false;
         };
         let seq = self.next_seq;
         self.next_seq += 1;
-        let queue = self.queues.entry(name.clone()).or_insert_with(|| Queue {
-            order: VecDeque::new(),
-            live: 0,
+        for one in std::iter::once(&name).chain(&more) {
+            let queue = self.queues.entry(one.clone()).or_insert_with(|| Queue {
+                order: VecDeque::new(),
+                live: 0,
+            });
+            queue.order.push_back((id, seq));
+            queue.live += 1;
+        }
+        slot.insert(Waiter {
+            name,
+            more,
+            seq,
+            payload,
         });
-        queue.order.push_back((id, seq));
-        queue.live += 1;
-        slot.insert(Waiter { name, seq, payload });
         true
+    }
+
+    /// Every lock client `id` waits on (one, or those of a request for
+    /// several, in the order it named them).
+    pub fn names_of(&self, id: u64) -> Option<Vec<LockName>> {
+        self.waiters.get(&id).map(|w| w.names().cloned().collect())
+    }
+
+    /// Whether client `id` waits on several locks at once.
+    pub fn waits_on_several(&self, id: u64) -> bool {
+        self.waiters.get(&id).is_some_and(|w| !w.more.is_empty())
+    }
+
+    /// The client first in line on `name`, if any.
+    pub fn head(&self, name: &LockName) -> Option<u64> {
+        self.iter(name).next().map(|(id, _)| id)
     }
 
     /// Takes client `id` out of whatever queue it is in (it left).
@@ -183,40 +225,71 @@ impl<T> WaitQueues<T> {
     /// requests behind it in. O(1) amortised: the tombstones it skips at
     /// the front are dropped on the way, each once.
     pub fn remove_noting_head(&mut self, id: u64) -> Option<(LockName, T, bool)> {
+        let (name, _, payload, heads) = self.remove_noting_heads(id)?;
+        let was_head = !heads.is_empty();
+        Some((name, payload, was_head))
+    }
+
+    /// [`remove_noting_head`](WaitQueues::remove_noting_head) for a client
+    /// waiting on one lock or several: taken out of every queue it is in
+    /// (O(1) amortised each), with the first lock it named, the others,
+    /// and the locks where it was first in line with others behind it.
+    #[allow(clippy::type_complexity)]
+    pub fn remove_noting_heads(
+        &mut self,
+        id: u64,
+    ) -> Option<(LockName, Vec<LockName>, T, Vec<LockName>)> {
         let waiter = self.waiters.remove(&id)?;
-        let mut was_head = false;
-        if let Some(queue) = self.queues.get_mut(&waiter.name) {
-            let waiters = &self.waiters;
-            while let Some(&(front, seq)) = queue.order.front() {
-                if front == id && seq == waiter.seq {
-                    was_head = true;
-                    queue.order.pop_front();
-                    break;
-                }
-                if waiters.get(&front).is_some_and(|w| w.seq == seq) {
-                    break;
-                }
-                queue.order.pop_front();
-            }
-            queue.live -= 1;
-            was_head &= queue.live > 0;
-            if queue.live == 0 {
-                self.queues.remove(&waiter.name);
-            } else if queue.order.len() > 2 * queue.live + 16 {
-                // Many left from the middle: drop their tombstones now, so
-                // memory stays proportional to the clients still waiting.
-                let waiters = &self.waiters;
-                queue
-                    .order
-                    .retain(|(id, seq)| waiters.get(id).is_some_and(|w| w.seq == *seq));
+        let mut heads = Vec::new();
+        for name in waiter.names() {
+            if self.leave_queue(name, id, waiter.seq) {
+                heads.push(name.clone());
             }
         }
-        Some((waiter.name, waiter.payload, was_head))
+        Some((waiter.name, waiter.more, waiter.payload, heads))
+    }
+
+    /// Takes entry (`id`, `seq`), already gone from `waiters`, out of
+    /// `name`'s queue: whether it was first in line with others behind it.
+    fn leave_queue(&mut self, name: &LockName, id: u64, seq: u64) -> bool {
+        let Some(queue) = self.queues.get_mut(name) else {
+            return false;
+        };
+        let mut was_head = false;
+        let waiters = &self.waiters;
+        while let Some(&(front, front_seq)) = queue.order.front() {
+            if front == id && front_seq == seq {
+                was_head = true;
+                queue.order.pop_front();
+                break;
+            }
+            if waiters.get(&front).is_some_and(|w| w.seq == front_seq) {
+                break;
+            }
+            queue.order.pop_front();
+        }
+        queue.live -= 1;
+        was_head &= queue.live > 0;
+        if queue.live == 0 {
+            self.queues.remove(name);
+        } else if queue.order.len() > 2 * queue.live + 16 {
+            // Many left from the middle: drop their tombstones now, so
+            // memory stays proportional to the clients still waiting.
+            queue
+                .order
+                .retain(|(id, seq)| waiters.get(id).is_some_and(|w| w.seq == *seq));
+        }
+        was_head
     }
 
     /// Whether client `id` waits somewhere.
     pub fn contains(&self, id: u64) -> bool {
         self.waiters.contains_key(&id)
+    }
+
+    /// The payload of waiting client `id`.
+    pub fn get(&self, id: u64) -> Option<&T> {
+        self.waiters.get(&id).map(|w| &w.payload)
     }
 
     /// The payload of waiting client `id`.
@@ -235,6 +308,10 @@ impl<T> WaitQueues<T> {
                     self.queues.remove(name);
                 }
                 let waiter = self.waiters.remove(&id)?;
+                // A request for several leaves the other queues too.
+                for other in waiter.names().filter(|other| *other != name) {
+                    self.leave_queue(other, id, seq);
+                }
                 return Some((id, waiter.payload));
             }
         }

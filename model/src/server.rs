@@ -688,6 +688,18 @@ impl Host for Server<'_> {
 
     /// Only a shared hold makes a queued request refused; this model's
     /// clients ask for exclusive holds alone, so a refusal is a flaw.
+    fn reply_granted_all(&mut self, id: u64, handle: Handle, names: &[LockName], holds: &[Hold]) {
+        // This model's clients ask for one lock at a time, so no grant of
+        // several reaches here; were one to, it is judged as the grant of
+        // its first lock, by the model's own line.
+        match (names.first(), holds.first()) {
+            (Some(name), Some(hold)) => {
+                self.reply_granted(id, handle, name, hold.fence, hold.expires_at)
+            }
+            _ => self.reply_refused(id, handle, LockError::Internal),
+        }
+    }
+
     fn reply_refused(&mut self, _id: u64, handle: Handle, _error: LockError) {
         self.s.broken.order = true;
         self.s.answer(handle, Some(Reply::Nil));

@@ -50,6 +50,9 @@ pub struct Command {
     flags: &'static CStr,
     /// The key at argument 1, and what the command does with it.
     key: Option<KeyAccess>,
+    /// The keys are `numkeys key [key ...]` from argument 1 on (a command
+    /// for several locks), each used as `key` says.
+    numkeys: bool,
     /// ACL categories, space-separated, without the module's own.
     categories: &'static str,
     summary: &'static CStr,
@@ -63,6 +66,7 @@ struct Arg {
     kind: raw::RedisModuleCommandArgType,
     token: Option<&'static CStr>,
     optional: bool,
+    multiple: bool,
 }
 
 impl Arg {
@@ -72,6 +76,7 @@ impl Arg {
             kind,
             token: None,
             optional: false,
+            multiple: false,
         }
     }
 
@@ -128,6 +133,14 @@ impl Arg {
             ..self
         }
     }
+
+    /// Given one or more times, such as the keys after `numkeys`.
+    const fn multiple(self) -> Arg {
+        Arg {
+            multiple: true,
+            ..self
+        }
+    }
 }
 
 const KEY: Arg = Arg::key(c"key");
@@ -140,6 +153,7 @@ pub const ACQUIRE: Command = Command {
     // may hold the client for `timeout-ms`.
     flags: c"write deny-oom blocking",
     key: Some(UPDATE_AND_READ),
+    numkeys: false,
     categories: "write slow blocking",
     summary: c"Takes a lock for ttl-ms milliseconds (SHARED: a read hold; LIMIT: one of n permits; \
         EPHEMERAL: ended when this connection closes), or reenters it if the owner holds it; \
@@ -162,6 +176,7 @@ pub const REENTER: Command = Command {
     name: c"lock.reenter",
     flags: c"write deny-oom fast",
     key: Some(UPDATE_AND_READ),
+    numkeys: false,
     categories: "write fast",
     summary:
         c"Adds 1 to the count of a lock the owner holds, and resets its lease to ttl-ms if given; \
@@ -174,6 +189,7 @@ pub const RELEASE: Command = Command {
     name: c"lock.release",
     flags: c"write fast",
     key: Some(DELETE_AND_READ),
+    numkeys: false,
     categories: "write fast",
     summary: c"Removes 1 from the count of a lock the owner holds (all with ALL); \
         replies with the count left. At 0 the lock is freed and handed to the longest waiter.",
@@ -185,6 +201,7 @@ pub const RENEW: Command = Command {
     name: c"lock.renew",
     flags: c"write fast",
     key: Some(UPDATE),
+    numkeys: false,
     categories: "write fast",
     summary: c"Sets the lease of a lock the owner holds to ttl-ms from now; replies 1, \
         NOTOWNER if the owner does not hold it.",
@@ -196,6 +213,7 @@ pub const FENCE: Command = Command {
     name: c"lock.fence",
     flags: c"write fast",
     key: Some(UPDATE_AND_READ),
+    numkeys: false,
     categories: "write fast",
     summary: c"Raises the fence of a lock the owner holds to at least min-fence, and every later fence above it; \
         replies with the hold's fence.",
@@ -203,10 +221,60 @@ pub const FENCE: Command = Command {
     args: &[KEY, OWNER, Arg::integer(c"min-fence")],
 };
 
+const NUMKEYS: Arg = Arg::integer(c"numkeys");
+const KEYS: Arg = Arg::key(c"key").multiple();
+
+pub const MACQUIRE: Command = Command {
+    name: c"lock.macquire",
+    flags: c"write deny-oom blocking",
+    key: Some(UPDATE_AND_READ),
+    numkeys: true,
+    categories: "write slow blocking",
+    summary: c"Takes a lock on every key for ttl-ms milliseconds, all or none, in one step (options as LOCK.ACQUIRE); \
+        replies with the fences in the order of the keys, or nil. With WAIT, queues on every key as one request, \
+        first come first served across them, until all are granted together or timeout-ms passes.",
+    complexity: c"O(N) where N is the number of keys",
+    args: &[
+        NUMKEYS,
+        KEYS,
+        OWNER,
+        TTL,
+        Arg::word(c"shared", c"SHARED").optional(),
+        Arg::integer(c"limit").after(c"LIMIT").optional(),
+        Arg::word(c"ephemeral", c"EPHEMERAL").optional(),
+        Arg::integer(c"timeout-ms").after(c"WAIT").optional(),
+    ],
+};
+
+pub const MRELEASE: Command = Command {
+    name: c"lock.mrelease",
+    flags: c"write",
+    key: Some(DELETE_AND_READ),
+    numkeys: true,
+    categories: "write",
+    summary: c"Releases a lock the owner holds on every key (to 0 with ALL), all or none; \
+        replies with the counts left in the order of the keys, NOTOWNER (and nothing changes) if it does not hold one.",
+    complexity: c"O(N) where N is the number of keys",
+    args: &[NUMKEYS, KEYS, OWNER, Arg::word(c"all", c"ALL").optional()],
+};
+
+pub const MRENEW: Command = Command {
+    name: c"lock.mrenew",
+    flags: c"write",
+    key: Some(UPDATE),
+    numkeys: true,
+    categories: "write",
+    summary: c"Sets the lease of the owner's lock on every key to ttl-ms from now, all or none; replies 1, \
+        NOTOWNER (and nothing changes) if it does not hold one.",
+    complexity: c"O(N) where N is the number of keys",
+    args: &[NUMKEYS, KEYS, OWNER, TTL],
+};
+
 pub const INFO: Command = Command {
     name: c"lock.info",
     flags: c"readonly fast",
     key: Some(READ),
+    numkeys: false,
     categories: "read fast",
     summary:
         c"Replies with a held lock's owner, count, fence, ttl and waiters; nil if the lock is free.",
@@ -218,6 +286,7 @@ pub const QUEUE: Command = Command {
     name: c"lock.queue",
     flags: c"readonly fast",
     key: Some(READ),
+    numkeys: false,
     categories: "read fast",
     summary:
         c"Replies with the clients waiting on a lock, first in line first: each one's client id, \
@@ -230,6 +299,7 @@ pub const APPLY: Command = Command {
     name: c"lock.apply",
     flags: c"write fast",
     key: Some(OVERWRITE),
+    numkeys: false,
     categories: "write fast",
     summary: c"Internal: a lock's state as the master decided it, sent to replicas and the AOF. \
         Refused to clients.",
@@ -249,6 +319,7 @@ pub const LAST_FENCE: Command = Command {
     name: c"lock.lastfence",
     flags: c"write fast",
     key: None,
+    numkeys: false,
     categories: "write fast",
     summary: c"Internal: the fence counter, written to the AOF so a rewrite keeps it. Refused to clients.",
     complexity: c"O(1)",
@@ -284,7 +355,13 @@ pub fn register(
     category: bool,
 ) -> Result<(), String> {
     let name = command.name;
-    let position = if command.key.is_some() { 1 } else { 0 };
+    // Keys after `numkeys` have no fixed range: the key spec finds them
+    // (the server then marks the command as having movable keys).
+    let position = if command.key.is_some() && !command.numkeys {
+        1
+    } else {
+        0
+    };
     // SAFETY: module load, with its context; name and flags are static C
     // strings and the handler a plain function.
     let status = unsafe {
@@ -323,7 +400,7 @@ fn set_info(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(
     };
     let mut key_specs: Vec<raw::RedisModuleCommandKeySpec> = command
         .key
-        .map(key_spec)
+        .map(|access| key_spec(access, command.numkeys))
         .into_iter()
         .chain([end_of_key_specs()])
         .collect();
@@ -398,8 +475,27 @@ static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfo
     sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
 };
 
-/// The one key, at argument 1.
-fn key_spec(access: KeyAccess) -> raw::RedisModuleCommandKeySpec {
+/// The one key, at argument 1; or with `numkeys`, the count at argument 1
+/// and that many keys after it.
+fn key_spec(access: KeyAccess, numkeys: bool) -> raw::RedisModuleCommandKeySpec {
+    if numkeys {
+        return raw::RedisModuleCommandKeySpec {
+            notes: ptr::null(),
+            flags: u64::from(access),
+            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+            },
+            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM,
+            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+                    keynumidx: 0,
+                    firstkey: 1,
+                    keystep: 1,
+                },
+            },
+        };
+    }
     raw::RedisModuleCommandKeySpec {
         notes: ptr::null(),
         flags: u64::from(access),
@@ -450,10 +546,14 @@ fn arg_rows(args: &[Arg]) -> Vec<raw::RedisModuleCommandArg> {
             token: arg.token.map_or(ptr::null(), CStr::as_ptr),
             summary: ptr::null(),
             since: ptr::null(),
-            flags: if arg.optional {
+            flags: (if arg.optional {
                 raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
             } else {
                 raw::REDISMODULE_CMD_ARG_NONE as c_int
+            }) | if arg.multiple {
+                raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int
+            } else {
+                0
             },
             deprecated_since: ptr::null(),
             subargs: ptr::null_mut(),

@@ -103,11 +103,16 @@ pub struct Parked {
     /// Asked `EPHEMERAL`: a fresh hold granted to it is bound to its
     /// connection.
     ephemeral: bool,
+    /// Asked with a command for several locks: its grant is answered as a
+    /// list of fences, even of one lock.
+    list: bool,
 }
 
 /// What the reply callback tells the client once it is unblocked.
 enum Outcome {
     Granted(u64),
+    /// Granted several locks at once: their fences, in the order named.
+    GrantedAll(Vec<u64>),
     TimedOut,
     /// Refused when it reached the head of the queue (the upgrade error).
     Refused(LockError),
@@ -126,7 +131,7 @@ thread_local! {
     /// Clients granted but kept blocked until the server's before-sleep
     /// event (servers before 7.2; see the module docs): (client id, handle,
     /// fence), unblocked by [`before_sleep_cb`].
-    static DEFERRED: RefCell<Vec<(u64, BlockedClient, u64)>> = const { RefCell::new(Vec::new()) };
+    static DEFERRED: RefCell<Vec<(u64, BlockedClient, Outcome)>> = const { RefCell::new(Vec::new()) };
     /// [`before_sleep_cb`] is subscribed: from the first deferred grant
     /// until a timer after the last one (every turn of the event loop pays
     /// for a subscriber, so it stays only while grants are deferred).
@@ -226,6 +231,8 @@ pub struct Server<'c> {
     ctx: &'c Context,
     /// The calling command asked `EPHEMERAL` (its waiter remembers it).
     ephemeral: bool,
+    /// The calling command names several locks: a grant is a list.
+    list: bool,
     /// Not a command: a server event, whose context's client is not the
     /// author of what the module writes (see [`Server::outside_command`]).
     outside: bool,
@@ -246,6 +253,7 @@ impl<'c> Server<'c> {
         Server {
             ctx,
             ephemeral: false,
+            list: false,
             outside: false,
         }
     }
@@ -254,6 +262,13 @@ impl<'c> Server<'c> {
     /// hold it is handed.
     pub fn ephemeral(mut self, ephemeral: bool) -> Self {
         self.ephemeral = ephemeral;
+        self
+    }
+
+    /// For `LOCK.MACQUIRE`: a client it parks is answered a list of
+    /// fences, even for one lock.
+    pub fn list(mut self) -> Self {
+        self.list = true;
         self
     }
 
@@ -405,7 +420,7 @@ impl<'c> Host for Server<'c> {
     }
 
     fn block(&mut self, _name: &LockName, timeout_ms: u64) -> Option<(u64, Parked)> {
-        block(self.ctx, timeout_ms, self.ephemeral)
+        block(self.ctx, timeout_ms, self.ephemeral, self.list)
     }
 
     fn began(&mut self, id: u64, handle: &Parked, name: &LockName, owner: &[u8], fence: u64) {
@@ -417,7 +432,19 @@ impl<'c> Host for Server<'c> {
     fn reply_granted(&mut self, id: u64, handle: Parked, _: &LockName, fence: u64, _until: u64) {
         forget_deadline(id, handle.deadline);
         latency::wait_granted(handle.since_us);
-        answer_granted(self.ctx.ctx, id, handle.client, fence);
+        let outcome = if handle.list {
+            Outcome::GrantedAll(vec![fence])
+        } else {
+            Outcome::Granted(fence)
+        };
+        answer_granted(self.ctx.ctx, id, handle.client, outcome);
+    }
+
+    fn reply_granted_all(&mut self, id: u64, handle: Parked, _: &[LockName], holds: &[Hold]) {
+        forget_deadline(id, handle.deadline);
+        latency::wait_granted(handle.since_us);
+        let fences = holds.iter().map(|hold| hold.fence).collect();
+        answer_granted(self.ctx.ctx, id, handle.client, Outcome::GrantedAll(fences));
     }
 
     fn reply_refused(&mut self, id: u64, handle: Parked, error: LockError) {
@@ -520,7 +547,7 @@ fn event_name(event: Event) -> Option<&'static std::ffi::CStr> {
 /// Blocks the calling client (no server-side timeout: its `WAIT` deadline,
 /// if any, joins [`DEADLINES`]). Its id and handle, or `None` if it could
 /// not be blocked.
-fn block(ctx: &Context, timeout_ms: u64, ephemeral: bool) -> Option<(u64, Parked)> {
+fn block(ctx: &Context, timeout_ms: u64, ephemeral: bool, list: bool) -> Option<(u64, Parked)> {
     // SAFETY: the command's live context; the callbacks are plain functions.
     let (client, id) = unsafe {
         let client = raw::RedisModule_BlockClient.map_or(ptr::null_mut(), |f| {
@@ -557,6 +584,7 @@ fn block(ctx: &Context, timeout_ms: u64, ephemeral: bool) -> Option<(u64, Parked
         deadline,
         since_us: latency::now_us(),
         ephemeral,
+        list,
     };
     Some((id, parked))
 }
@@ -723,17 +751,17 @@ fn forget_deadline(id: u64, deadline: Option<u64>) {
 /// Unblocks a granted client with its fence: at once where the server
 /// ignores a `CLIENT UNBLOCK` of it until its reply is written, else at the
 /// server's before-sleep event (see the module docs).
-fn answer_granted(ctx: *mut raw::RedisModuleCtx, id: u64, client: BlockedClient, fence: u64) {
+fn answer_granted(ctx: *mut raw::RedisModuleCtx, id: u64, client: BlockedClient, granted: Outcome) {
     if !unblock_races_the_reply() {
-        return client.unblock(Some(Outcome::Granted(fence)));
+        return client.unblock(Some(granted));
     }
-    DEFERRED.with_borrow_mut(|deferred| deferred.push((id, client, fence)));
+    DEFERRED.with_borrow_mut(|deferred| deferred.push((id, client, granted)));
     if !BEFORE_SLEEP_HOOKED.replace(true) && !hook_before_sleep(ctx, Some(before_sleep_cb)) {
         // No hook: answer now rather than never.
         BEFORE_SLEEP_HOOKED.set(false);
         logging::log_warning("lock: cannot hook the before-sleep event");
-        for (_, client, fence) in DEFERRED.take() {
-            client.unblock(Some(Outcome::Granted(fence)));
+        for (_, client, granted) in DEFERRED.take() {
+            client.unblock(Some(granted));
         }
     }
 }
@@ -775,11 +803,11 @@ fn unblock_races_the_reply() -> bool {
 }
 
 /// Takes client `id` out of [`DEFERRED`], if it is there.
-fn take_deferred(id: u64) -> Option<(BlockedClient, u64)> {
+fn take_deferred(id: u64) -> Option<(BlockedClient, Outcome)> {
     DEFERRED.with_borrow_mut(|deferred| {
         let at = deferred.iter().position(|(waiting, ..)| *waiting == id)?;
-        let (_, client, fence) = deferred.remove(at);
-        Some((client, fence))
+        let (_, client, granted) = deferred.remove(at);
+        Some((client, granted))
     })
 }
 
@@ -799,8 +827,8 @@ extern "C" fn before_sleep_cb(
             return;
         }
         let mut grants = DEFERRED.take();
-        for (_, client, fence) in grants.drain(..) {
-            client.unblock(Some(Outcome::Granted(fence)));
+        for (_, client, granted) in grants.drain(..) {
+            client.unblock(Some(granted));
         }
         // Its allocation serves the next grants.
         DEFERRED.with_borrow_mut(|deferred| {
@@ -825,8 +853,8 @@ extern "C" fn timeout_cb(
     guard("unblock", (), || {
         // SAFETY: Redis calls this with the blocked client's context.
         let id = unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx)) };
-        if let Some((client, fence)) = take_deferred(id) {
-            reply(ctx, Some(&Outcome::Granted(fence)));
+        if let Some((client, granted)) = take_deferred(id) {
+            reply(ctx, Some(&granted));
             with(|e| e.replied(id));
             return client.unblock(None);
         }
@@ -897,6 +925,14 @@ fn reply(ctx: *mut raw::RedisModuleCtx, outcome: Option<&Outcome>) {
             Some(Outcome::Granted(fence)) => {
                 let fence = i64::try_from(*fence).unwrap_or(i64::MAX);
                 raw::RedisModule_ReplyWithLongLong.map(|f| f(ctx, fence));
+            }
+            Some(Outcome::GrantedAll(fences)) => {
+                let len = std::os::raw::c_long::try_from(fences.len()).unwrap_or(0);
+                raw::RedisModule_ReplyWithArray.map(|f| f(ctx, len));
+                for fence in fences {
+                    let fence = i64::try_from(*fence).unwrap_or(i64::MAX);
+                    raw::RedisModule_ReplyWithLongLong.map(|f| f(ctx, fence));
+                }
             }
             Some(Outcome::Redirect(error)) => {
                 raw::RedisModule_ReplyWithError.map(|f| f(ctx, error.as_ptr()));

@@ -206,7 +206,17 @@ impl<'a> Args<'a> {
 
     /// The key (argument 1) as a string Redis can use.
     pub fn key(&self) -> Result<RedisString, LockError> {
-        let key = *self.strings.get(1).ok_or(LockError::WrongArity)?;
+        self.key_at(1)
+    }
+
+    /// `count` keys from argument `first` on (a command for several
+    /// locks), as strings Redis can use.
+    pub fn keys(&self, first: usize, count: usize) -> Result<Vec<RedisString>, LockError> {
+        (first..first + count).map(|at| self.key_at(at)).collect()
+    }
+
+    fn key_at(&self, at: usize) -> Result<RedisString, LockError> {
+        let key = *self.strings.get(at).ok_or(LockError::WrongArity)?;
         Ok(RedisString::new(NonNull::new(self.ctx), key))
     }
 }
