@@ -165,3 +165,26 @@ async fn permits_are_one_hold_and_a_big_request_is_not_overtaken() {
     one.release_all().await.unwrap();
     assert!(!held(&server, "pool"));
 }
+
+#[test]
+fn the_blocking_api_takes_several_keys_and_several_permits() {
+    let server = Server::start();
+    let client = redislock_client::blocking::Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(10));
+    let guard = client.try_lock_keys(&["b1", "b2"], &opts).unwrap();
+    assert_eq!(guard.fences().len(), 2);
+    assert!(held(&server, "b1") && held(&server, "b2"));
+    assert!(matches!(
+        client.try_lock_keys(&["b2", "b3"], &opts),
+        Err(Error::WouldBlock)
+    ));
+    guard.release().unwrap();
+    assert!(!held(&server, "b1") && !held(&server, "b2"));
+    let pool = client.semaphore("bp", 3).unwrap();
+    let two = pool.try_acquire_permits(2, &opts).unwrap();
+    assert!(matches!(
+        pool.try_acquire_permits(2, &opts),
+        Err(Error::WouldBlock)
+    ));
+    two.release_all().unwrap();
+}
