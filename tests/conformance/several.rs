@@ -446,3 +446,40 @@ fn a_cancelled_wait_for_permits_leaves_no_waiter_and_unblocks_those_behind() {
     d.ok("release h=small");
     nothing_left(&server, &mut d, "s", Duration::from_secs(3));
 }
+
+/// `ephemeral=1` on a lock on several keys: every key bound to the one
+/// connection it was granted on; killing it ends every key and the client
+/// signals `disconnected` within milliseconds.
+fn ephemeral_on_every_key(request: &str) {
+    let (server, mut d) = setup();
+    let keys = ["k1", "k2"];
+    d.ok(&format!("{request} ttl=30000 ephemeral=1"));
+    for key in keys {
+        let info = server.lock_info(key).expect("held");
+        assert!(
+            info.holders.len() == 1 && info.holders[0].ephemeral,
+            "{key} not bound to its connection: {info:?}"
+        );
+    }
+    let _: i64 = server.q(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let killed = Instant::now();
+    let event = d.lost("a", Duration::from_secs(5));
+    assert_eq!(event.field("reason"), "disconnected", "{event:?}");
+    assert!(
+        event.at - killed < Duration::from_millis(500),
+        "the loss came {:?} after the connection was killed",
+        event.at - killed
+    );
+    all_free(&server, &keys);
+    d.no_leaks(Duration::from_secs(3));
+}
+
+#[test]
+fn an_ephemeral_try_on_several_keys_binds_every_key() {
+    ephemeral_on_every_key("acquire h=a keys=k1,k2");
+}
+
+#[test]
+fn an_ephemeral_wait_on_several_keys_binds_every_key() {
+    ephemeral_on_every_key("acquire h=a keys=k1,k2 wait=5000");
+}
