@@ -30,11 +30,11 @@ pub fn acquire(ctx: &Context, input: &Args) -> RedisResult {
         replicas_follow(ctx)?;
         let key_name = input.key()?;
         let mut host = Server::new(ctx).ephemeral(req.ephemeral);
-        let acquired = orchestrate::acquire(
+        let acquired = orchestrate::acquire_permits(
             &mut host,
             &key_name,
             req.owner,
-            req.mode,
+            (req.mode, req.permits),
             req.ttl_ms,
             req.wait_ms,
         )?;
@@ -71,7 +71,7 @@ pub fn acquire_all(ctx: &Context, input: &Args) -> RedisResult {
             &mut host,
             &targets,
             req.owner,
-            req.mode,
+            (req.mode, req.permits),
             req.ttl_ms,
             req.wait_ms,
         )?;
@@ -245,6 +245,7 @@ pub fn info(ctx: &Context, input: &Args) -> RedisResult {
                         holder.hold.fence,
                     ))),
                 ),
+                ("permits", integer(u64::from(holder.permits))),
             ];
             raw::reply_with_map(ctx.ctx, entry.len() as c_long);
             for (name, value) in entry {

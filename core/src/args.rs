@@ -21,6 +21,8 @@ pub struct Acquire<'a> {
     /// `EPHEMERAL`: a fresh hold ends when the connection it is granted on
     /// closes.
     pub ephemeral: bool,
+    /// `PERMITS k`: the semaphore's permits the hold is worth (1 without).
+    pub permits: u32,
 }
 
 /// `LOCK.REENTER key owner [ttl-ms]`
@@ -84,7 +86,7 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
     };
     // The options, in any order, each at most once; their values are
     // checked only once the whole grammar is known to fit.
-    let (mut wait, mut shared, mut limit) = (None, false, None);
+    let (mut wait, mut shared, mut limit, mut permits) = (None, false, None, None);
     let mut ephemeral = false;
     let mut rest = rest;
     while let [word, tail @ ..] = rest {
@@ -95,6 +97,10 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
             }
             [value, tail @ ..] if is_word(word, "LIMIT") && limit.is_none() => {
                 limit = Some(value);
+                tail
+            }
+            [value, tail @ ..] if is_word(word, "PERMITS") && permits.is_none() => {
+                permits = Some(value);
                 tail
             }
             _ if is_word(word, "SHARED") && !shared => {
@@ -108,13 +114,21 @@ pub fn parse_acquire<'a, A: AsRef<[u8]>>(
             _ => return Err(LockError::Syntax),
         };
     }
-    if limit.is_some() && !shared {
+    if (limit.is_some() && !shared) || (permits.is_some() && limit.is_none()) {
         return Err(LockError::Syntax);
     }
     let ttl_ms = parse_ttl(ttl, max_ttl)?;
     let wait_ms = wait.map(parse_timeout).transpose()?;
     let limit = limit.map(parse_limit).transpose()?;
+    let permits = match (permits, limit) {
+        (Some(k), Some(n)) => parse_int(k)
+            .and_then(|k| u32::try_from(k).ok())
+            .filter(|k| (1..=n).contains(k))
+            .ok_or(LockError::BadPermits)?,
+        _ => 1,
+    };
     Ok(Acquire {
+        permits,
         owner: parse_owner(owner)?,
         ttl_ms,
         wait_ms,
@@ -350,7 +364,13 @@ fn parse_apply_shared<A: AsRef<[u8]>>(
     let [_, _, word, limit, holders @ ..] = args else {
         return None;
     };
-    if !is_word(word, "SHARED") || holders.is_empty() || holders.len() % 5 != 0 {
+    // `SHAREDP`: each holder also has its permits.
+    let width = match () {
+        _ if is_word(word, "SHARED") => 5,
+        _ if is_word(word, "SHAREDP") => 6,
+        _ => return None,
+    };
+    if holders.is_empty() || holders.len() % width != 0 {
         return None;
     }
     let parse = || {
@@ -363,7 +383,7 @@ fn parse_apply_shared<A: AsRef<[u8]>>(
                 .ok_or(LockError::BadNumber)
         };
         let holders = holders
-            .chunks_exact(5)
+            .chunks_exact(width)
             .map(|h| {
                 Ok(crate::holds::Holder {
                     owner: parse_owner(&h[0])?.to_vec(),
@@ -373,6 +393,7 @@ fn parse_apply_shared<A: AsRef<[u8]>>(
                         expires_at: positive(&h[3])?,
                     },
                     since: parse_int(&h[4]).ok_or(LockError::BadNumber)?,
+                    permits: h.get(5).map_or(Ok(1), parse_permits)?,
                 })
             })
             .collect::<Result<Vec<_>, LockError>>()?;
@@ -410,11 +431,19 @@ fn parse_apply_share<'a, A: AsRef<[u8]>>(
         [_, _, word, owner] if is_word(word, "UNSHARE") => {
             Some(parse_owner(owner).map(ShareChange::Unshare))
         }
-        [_, _, word, limit, owner, count, fence, lease, since] if is_word(word, "SHARE") => {
+        [_, _, word, limit, owner, count, fence, lease, since, rest @ ..]
+            if is_word(word, "SHARE") =>
+        {
             let positive = |arg: &A| {
                 parse_int(arg)
                     .filter(|&n| n >= 1)
                     .ok_or(LockError::BadNumber)
+            };
+            // `PERMITS k` after the hold: a share worth more than one.
+            let permits = match rest {
+                [] => None,
+                [word, k] if is_word(word, "PERMITS") => Some(k),
+                _ => return None,
             };
             let parse = || {
                 let limit = parse_int(limit)
@@ -428,6 +457,7 @@ fn parse_apply_share<'a, A: AsRef<[u8]>>(
                         expires_at: positive(lease)?,
                     },
                     since: parse_int(since).ok_or(LockError::BadNumber)?,
+                    permits: permits.map_or(Ok(1), parse_permits)?,
                 };
                 let limit = u32::try_from(limit).ok().filter(|&n| n > 0);
                 Ok(ShareChange::Share(Mode::Shared { limit }, holder))
@@ -464,6 +494,14 @@ fn parse_timeout<A: AsRef<[u8]>>(arg: &A) -> Result<u64, LockError> {
     parse_int(arg)
         .filter(|&ms| ms <= MAX_MS)
         .ok_or(LockError::BadTimeout)
+}
+
+/// A share's permits as a master sends them: `1..=1,000,000`.
+fn parse_permits<A: AsRef<[u8]>>(arg: &A) -> Result<u32, LockError> {
+    parse_int(arg)
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or(LockError::BadNumber)
 }
 
 /// A `LIMIT`: `1..=1,000,000` owners.
@@ -580,6 +618,7 @@ mod tests {
                 wait_ms: None,
                 mode: Mode::Exclusive,
                 ephemeral: false,
+                permits: 1,
             })
         );
         let a = v("lock.acquire k o 100 wait 0");
@@ -591,8 +630,30 @@ mod tests {
                 wait_ms: Some(0),
                 mode: Mode::Exclusive,
                 ephemeral: false,
+                permits: 1,
             })
         );
+    }
+
+    #[test]
+    fn permits_need_a_limit_and_fit_within_it() {
+        let got = |line: &str| parse_acquire(&v(line), 0).map(|a| (a.mode, a.permits));
+        let sem = |n| Mode::Shared { limit: Some(n) };
+        assert_eq!(got("x k o 5 SHARED LIMIT 4 PERMITS 3"), Ok((sem(4), 3)));
+        assert_eq!(got("x k o 5 PERMITS 4 SHARED LIMIT 4"), Ok((sem(4), 4)));
+        assert_eq!(got("x k o 5 SHARED LIMIT 4"), Ok((sem(4), 1)));
+        assert_eq!(got("x k o 5 SHARED PERMITS 1"), Err(Syntax));
+        assert_eq!(got("x k o 5 PERMITS 1"), Err(Syntax));
+        assert_eq!(
+            got("x k o 5 SHARED LIMIT 4 PERMITS 1 PERMITS 1"),
+            Err(Syntax)
+        );
+        assert_eq!(got("x k o 5 SHARED LIMIT 4 PERMITS"), Err(Syntax));
+        for bad in ["0", "5", "-1", "x", "01"] {
+            let line = format!("x k o 5 SHARED LIMIT 4 PERMITS {bad}");
+            assert_eq!(got(&line), Err(BadPermits), "{line}");
+        }
+        assert_eq!(got("x k o 5 SHARED LIMIT 0 PERMITS 1"), Err(BadLimit));
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub enum LockError {
     BadTimeout,
     /// `LIMIT` is not an integer in `1..=1,000,000`.
     BadLimit,
+    /// `PERMITS` is not an integer in `1..=LIMIT`.
+    BadPermits,
     /// `min-fence` is not an integer in `1..=(unix_ms + 1 hour) × 2^10`.
     BadFence,
     /// An internal-command integer (count, fence, expiry) is out of range.
@@ -42,6 +44,9 @@ pub enum LockError {
     /// A shared request whose limit (or lack of one) differs from the
     /// shared lock's, or from that of a shared request waiting on it.
     LimitMismatch,
+    /// The owner of a shared hold asked again for another number of
+    /// permits than its hold is worth.
+    PermitsMismatch,
     /// The owner of a shared hold asked for an exclusive one: two readers
     /// upgrading would wait on each other for ever.
     Upgrade,
@@ -73,6 +78,7 @@ impl LockError {
             LockError::TtlAboveMax => "ERR ttl-ms is above lock.max-ttl (CONFIG GET lock.max-ttl)",
             LockError::BadTimeout => TIMEOUT_MESSAGE,
             LockError::BadLimit => LIMIT_MESSAGE,
+            LockError::BadPermits => "ERR PERMITS must be an integer from 1 to LIMIT",
             LockError::BadFence => FENCE_MESSAGE,
             LockError::BadNumber => "ERR value is not an integer or out of range",
             LockError::BadOwner => "ERR owner must be 1 to 1024 bytes long",
@@ -85,6 +91,9 @@ impl LockError {
             }
             LockError::LimitMismatch => {
                 "ERR the lock is shared with another LIMIT (or a request waiting on it is)"
+            }
+            LockError::PermitsMismatch => {
+                "ERR the owner holds the lock with another number of PERMITS"
             }
             LockError::Upgrade => {
                 "ERR the owner holds the lock shared: release it before asking for it exclusively"

@@ -43,6 +43,10 @@ pub const PAUSE_RETRY_MS: u64 = 2;
 /// or when a replica comes back, so hand-offs resume this soon after.
 pub const REPLICAS_RETRY_MS: u64 = 10;
 
+/// A waiting request as the shared rule reads it ([`Engine::requests`]):
+/// client id, owner, (mode, permits), ttl.
+pub type Requested = (u64, Vec<u8>, (Mode, u32), u64);
+
 /// A parked client: who it will hold the lock as, for how long, and the
 /// glue's handle to answer it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -51,6 +55,8 @@ pub struct Waiter<H> {
     pub ttl_ms: u64,
     /// Exclusive, or shared (with its limit).
     pub mode: Mode,
+    /// The semaphore's permits it asks for (1 but with `PERMITS`).
+    pub permits: u32,
     pub handle: H,
 }
 
@@ -280,7 +286,7 @@ impl<H> Engine<H> {
         lease_cap: Option<u64>,
         skip: usize,
         take: usize,
-    ) -> Vec<(u64, Vec<u8>, Mode, u64)> {
+    ) -> Vec<Requested> {
         self.queues
             .iter(name)
             .take_while(|&(id, _)| !self.queues.waits_on_several(id))
@@ -288,7 +294,7 @@ impl<H> Engine<H> {
             .take(take)
             .map(|(id, w)| {
                 let ttl = lease_cap.map_or(w.ttl_ms, |cap| w.ttl_ms.min(cap));
-                (id, w.owner.clone(), w.mode, ttl)
+                (id, w.owner.clone(), (w.mode, w.permits), ttl)
             })
             .collect()
     }
@@ -402,10 +408,14 @@ impl<H> Engine<H> {
 
     /// The request client `id` waits with: (owner, mode, ttl capped at
     /// `lease_cap`).
-    pub fn request_of(&self, id: u64, lease_cap: Option<u64>) -> Option<(Vec<u8>, Mode, u64)> {
+    pub fn request_of(
+        &self,
+        id: u64,
+        lease_cap: Option<u64>,
+    ) -> Option<(Vec<u8>, (Mode, u32), u64)> {
         self.queues.get(id).map(|w| {
             let ttl = lease_cap.map_or(w.ttl_ms, |cap| w.ttl_ms.min(cap));
-            (w.owner.clone(), w.mode, ttl)
+            (w.owner.clone(), (w.mode, w.permits), ttl)
         })
     }
 
@@ -753,6 +763,7 @@ mod tests {
             owner: format!("w{id}").into_bytes(),
             ttl_ms: 100,
             mode: Mode::Exclusive,
+            permits: 1,
             handle: Handle(id),
         }
     }

@@ -48,6 +48,9 @@ pub struct Holder {
     pub hold: Hold,
     /// Unix ms of the grant that began this hold.
     pub since: u64,
+    /// The semaphore's permits this hold is worth (`PERMITS k`; 1 for
+    /// every other hold). Kept across reentries.
+    pub permits: u32,
 }
 
 /// A lock's holds: its mode while held, and the holders, oldest first.
@@ -70,6 +73,9 @@ pub struct Holds {
     by_end: BTreeSet<(u64, u64)>,
     /// The place the next hold takes.
     next: u64,
+    /// The permits of every stored hold, summed (kept as holds come and
+    /// go, so admitting a request costs the same however many share).
+    permits: u64,
     /// What changed since [`Holds::take_changes`] last asked.
     changes: Changes,
 }
@@ -137,6 +143,7 @@ impl Holds {
             by_owner: HashMap::new(),
             by_end: BTreeSet::new(),
             next: 0,
+            permits: 0,
             changes: Changes::default(),
         }
     }
@@ -260,12 +267,35 @@ impl Holds {
     /// its limit. A different shared limit is refused with an error by
     /// [`check_limit`](Holds::check_limit) before this is asked.
     pub fn admits(&self, mode: Mode, now_ms: u64) -> bool {
+        self.admits_permits(mode, 1, now_ms)
+    }
+
+    /// [`admits`](Holds::admits) for a request worth `permits`: while the
+    /// permits of the live holds, this one included, stay within the
+    /// limit.
+    pub fn admits_permits(&self, mode: Mode, permits: u32, now_ms: u64) -> bool {
         let sharing = self.live_count(now_ms);
         match mode {
-            _ if sharing == 0 => true,
+            _ if sharing == 0 => u64::from(permits) <= mode.capacity(),
             Mode::Exclusive => false,
-            Mode::Shared { .. } => self.mode == mode && sharing < mode.capacity(),
+            Mode::Shared { .. } => {
+                self.mode == mode
+                    && self.live_permits(now_ms).saturating_add(u64::from(permits))
+                        <= mode.capacity()
+            }
         }
+    }
+
+    /// The permits of the holds running at `now_ms`: the stored ones less
+    /// those of the ended ones not yet dropped.
+    pub fn live_permits(&self, now_ms: u64) -> u64 {
+        let ended: u64 = self
+            .by_end
+            .range(..(now_ms, 0))
+            .filter_map(|(_, place)| self.holders.get(place))
+            .map(|h| u64::from(h.permits))
+            .sum();
+        self.permits.saturating_sub(ended)
     }
 
     /// A shared request's limit must be the held lock's, and that of a
@@ -305,6 +335,29 @@ impl Holds {
         self.apply(owner, mode, ttl_ms, now_ms, barriers, issue_fence)
     }
 
+    /// [`acquire`](Holds::acquire) of a hold worth `permits`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_permits(
+        &mut self,
+        owner: &[u8],
+        (mode, permits): (Mode, u32),
+        ttl_ms: u64,
+        now_ms: u64,
+        barriers: Barriers,
+        waiting: Option<Mode>,
+        issue_fence: impl FnOnce() -> u64,
+    ) -> Result<Acquire, LockError> {
+        self.check_limit(mode, waiting, now_ms)?;
+        self.apply_permits(
+            owner,
+            (mode, permits),
+            ttl_ms,
+            now_ms,
+            barriers,
+            issue_fence,
+        )
+    }
+
     /// [`lock::acquire`] decided over these holds, and applied: a fresh
     /// hold begun, a reentry stored. The limit is not checked (see
     /// [`Holds::acquire`]); the queue's serve asks this for each request
@@ -318,11 +371,25 @@ impl Holds {
         barriers: Barriers,
         issue_fence: impl FnOnce() -> u64,
     ) -> Result<Acquire, LockError> {
-        let seen = self.seen(owner, mode, now_ms);
+        self.apply_permits(owner, (mode, 1), ttl_ms, now_ms, barriers, issue_fence)
+    }
+
+    /// [`apply`](Holds::apply) of a hold worth `permits`. A reentry asking
+    /// for other permits than its hold has is refused.
+    pub fn apply_permits(
+        &mut self,
+        owner: &[u8],
+        (mode, permits): (Mode, u32),
+        ttl_ms: u64,
+        now_ms: u64,
+        barriers: Barriers,
+        issue_fence: impl FnOnce() -> u64,
+    ) -> Result<Acquire, LockError> {
+        let seen = self.seen_permits(owner, mode, permits, now_ms)?;
         let decision = lock::acquire(seen, ttl_ms, now_ms, barriers, issue_fence)?;
         match decision {
             Acquire::Fresh(hold) => {
-                self.begin(owner, mode, ttl_ms, now_ms, hold.fence);
+                self.begin_permits(owner, (mode, permits), ttl_ms, now_ms, hold.fence);
             }
             Acquire::Reentered(hold) => {
                 if let Some(place) = self.live_place(owner, now_ms) {
@@ -348,6 +415,29 @@ impl Holds {
         }
     }
 
+    /// [`seen`](Holds::seen) by a request worth `permits`; a shared hold of
+    /// the owner's worth other permits answers the permits error (its
+    /// reentry keeps the permits it was granted with).
+    pub fn seen_permits(
+        &self,
+        owner: &[u8],
+        mode: Mode,
+        permits: u32,
+        now_ms: u64,
+    ) -> Result<Seen, LockError> {
+        let own = self.of(owner, now_ms);
+        let shared = self.mode != Mode::Exclusive && mode != Mode::Exclusive;
+        if own.is_some_and(|h| shared && h.permits != permits) {
+            return Err(LockError::PermitsMismatch);
+        }
+        let own = own.map(|h| h.hold);
+        Ok(Seen {
+            own,
+            admits: self.admits_permits(mode, permits, now_ms),
+            upgrade: own.is_some() && mode == Mode::Exclusive && self.mode != Mode::Exclusive,
+        })
+    }
+
     /// Begins a fresh hold for `owner` (a grant: the caller checked that the
     /// lock admits it). Ended holds are dropped first, so a lock whose last
     /// lease ended takes the new mode.
@@ -355,6 +445,18 @@ impl Holds {
         &mut self,
         owner: &[u8],
         mode: Mode,
+        ttl_ms: u64,
+        now_ms: u64,
+        fence: u64,
+    ) -> Hold {
+        self.begin_permits(owner, (mode, 1), ttl_ms, now_ms, fence)
+    }
+
+    /// [`begin`](Holds::begin) of a hold worth `permits`.
+    pub fn begin_permits(
+        &mut self,
+        owner: &[u8],
+        (mode, permits): (Mode, u32),
         ttl_ms: u64,
         now_ms: u64,
         fence: u64,
@@ -376,6 +478,7 @@ impl Holds {
             owner: owner.to_vec(),
             hold,
             since: now_ms,
+            permits,
         });
         self.changes.began.push(fence);
         self.changes.touched(owner);
@@ -479,13 +582,20 @@ impl Holds {
         }
         match self.by_owner.get(&holder.owner).copied() {
             Some(place) => {
-                let Holder { hold, since, .. } = holder;
+                let Holder {
+                    hold,
+                    since,
+                    permits,
+                    ..
+                } = holder;
                 let _ = self.change(place, |stored| {
                     *stored = hold;
                     Ok(())
                 });
                 if let Some(stored) = self.holders.get_mut(&place) {
                     stored.since = since;
+                    self.permits = self.permits - u64::from(stored.permits) + u64::from(permits);
+                    stored.permits = permits;
                 }
             }
             None => {
@@ -534,12 +644,14 @@ impl Holds {
         self.next += 1;
         self.by_owner.insert(holder.owner.clone(), place);
         self.by_end.insert((holder.hold.expires_at, place));
+        self.permits += u64::from(holder.permits);
         self.holders.insert(place, holder);
     }
 
     /// Removes the hold at `place`, noting its end.
     fn remove(&mut self, place: u64) -> Option<Holder> {
         let holder = self.holders.remove(&place)?;
+        self.permits -= u64::from(holder.permits);
         self.by_owner.remove(&holder.owner);
         self.by_end.remove(&(holder.hold.expires_at, place));
         self.changes
@@ -571,6 +683,7 @@ pub(crate) mod tests {
                     expires_at: until,
                 },
                 since: NOW - 100,
+                permits: 1,
             })
             .collect();
         Holds::from_parts(mode, holders)

@@ -296,6 +296,20 @@ pub fn acquire<H: Host>(
     ttl_ms: u64,
     wait_ms: Option<u64>,
 ) -> Result<Acquired, LockError> {
+    acquire_permits(host, target, owner, (mode, 1), ttl_ms, wait_ms)
+}
+
+/// [`acquire`] of a hold worth `permits` of a semaphore's (`PERMITS k`):
+/// admitted while the permits held, this one included, stay within the
+/// limit; the queue stays first come first served.
+pub fn acquire_permits<H: Host>(
+    host: &mut H,
+    target: &H::Target,
+    owner: &[u8],
+    (mode, permits): (Mode, u32),
+    ttl_ms: u64,
+    wait_ms: Option<u64>,
+) -> Result<Acquired, LockError> {
     // The lock's name, made once and only if clients wait on it (serving
     // them adds no one to its queue).
     let waiting = waiting_on(host, target);
@@ -323,9 +337,15 @@ pub fn acquire<H: Host>(
     // live lease a parked request waits for.
     let (decision, checks) = match stored {
         Stored::Listed(mut holds) => {
-            let decision = holds.acquire(owner, mode, ttl_ms, now, barriers, waiting_mode, || {
-                host.issue_fence(now)
-            });
+            let decision = holds.acquire_permits(
+                owner,
+                (mode, permits),
+                ttl_ms,
+                now,
+                barriers,
+                waiting_mode,
+                || host.issue_fence(now),
+            );
             if !matches!(decision, Ok(Acquire::Busy) | Err(_)) {
                 holds.drop_ended(now);
             }
@@ -360,7 +380,7 @@ pub fn acquire<H: Host>(
                         // free key shown otherwise, it begins the list.)
                         Mode::Shared { .. } => {
                             let mut holds = Holds::free();
-                            holds.begin(owner, mode, ttl_ms, now, hold.fence);
+                            holds.begin_permits(owner, (mode, permits), ttl_ms, now, hold.fence);
                             Write::Listed(holds)
                         }
                     };
@@ -408,7 +428,7 @@ pub fn acquire<H: Host>(
         Acquire::Busy => match wait_ms {
             Some(timeout) if host.can_block() => {
                 let name = waiting.unwrap_or_else(|| host.lock_name(target));
-                let request = (owner, mode, ttl_ms);
+                let request = (owner, (mode, permits), ttl_ms);
                 if !park(host, &name, request, timeout, checks.busy_until) {
                     return Ok(Acquired::Nil);
                 }
@@ -719,7 +739,7 @@ pub fn lease_changed<H: Host>(host: &mut H, target: &H::Target, at: u64) {
 fn park<H: Host>(
     host: &mut H,
     name: &LockName,
-    (owner, mode, ttl_ms): (&[u8], Mode, u64),
+    (owner, (mode, permits), ttl_ms): (&[u8], (Mode, u32), u64),
     timeout_ms: u64,
     holder_until: Option<u64>,
 ) -> bool {
@@ -730,6 +750,7 @@ fn park<H: Host>(
         owner: owner.to_vec(),
         ttl_ms,
         mode,
+        permits,
         handle,
     };
     let now = host.now();
@@ -791,13 +812,16 @@ fn read_for<'a>(mode: Mode, owner: &'a [u8]) -> Read<'a> {
 fn dry_decide(
     stored: &Stored,
     owner: &[u8],
-    mode: Mode,
+    (mode, permits): (Mode, u32),
     ttl_ms: u64,
     now: u64,
     barriers: Barriers,
 ) -> Result<(Acquire, Option<u64>), LockError> {
     let (seen, busy_until) = match stored {
-        Stored::Listed(holds) => (holds.seen(owner, mode, now), holds.earliest_live_lease(now)),
+        Stored::Listed(holds) => (
+            holds.seen_permits(owner, mode, permits, now)?,
+            holds.earliest_live_lease(now),
+        ),
         Stored::One { hold, mine } => {
             let live = !lock::ended(hold.expires_at, now);
             (
@@ -817,7 +841,7 @@ fn dry_decide(
 fn store_grant<H: Host>(
     host: &mut H,
     opened: Opened<H::Key>,
-    (owner, mode, ttl_ms): (&[u8], Mode, u64),
+    (owner, (mode, permits), ttl_ms): (&[u8], (Mode, u32), u64),
     barriers: Barriers,
 ) -> Result<(Acquire, Option<u64>), LockError> {
     let Opened {
@@ -832,7 +856,9 @@ fn store_grant<H: Host>(
                 stats::EXPIRED_HELD.incr();
             }
             let decision =
-                holds.apply(owner, mode, ttl_ms, now, barriers, || host.issue_fence(now));
+                holds.apply_permits(owner, (mode, permits), ttl_ms, now, barriers, || {
+                    host.issue_fence(now)
+                });
             let ends = shared_hold_ends(&holds);
             let event = match decision {
                 Ok(Acquire::Reentered(_)) => Event::Reenter,
@@ -862,7 +888,7 @@ fn store_grant<H: Host>(
                         },
                         Mode::Shared { .. } => {
                             let mut holds = Holds::free();
-                            holds.begin(owner, mode, ttl_ms, now, hold.fence);
+                            holds.begin_permits(owner, (mode, permits), ttl_ms, now, hold.fence);
                             Write::Listed(holds)
                         }
                     };
@@ -896,17 +922,20 @@ pub fn acquire_all<H: Host>(
     host: &mut H,
     targets: &[&H::Target],
     owner: &[u8],
-    mode: Mode,
+    (mode, permits): (Mode, u32),
     ttl_ms: u64,
     wait_ms: Option<u64>,
 ) -> Result<AcquiredAll, LockError> {
+    let ask = (mode, permits);
     if let [target] = targets {
         // One lock: the single request, with its reply as a list.
-        return Ok(match acquire(host, target, owner, mode, ttl_ms, wait_ms)? {
-            Acquired::Held(hold) => AcquiredAll::Held(vec![hold]),
-            Acquired::Nil => AcquiredAll::Nil,
-            Acquired::Parked => AcquiredAll::Parked,
-        });
+        return Ok(
+            match acquire_permits(host, target, owner, ask, ttl_ms, wait_ms)? {
+                Acquired::Held(hold) => AcquiredAll::Held(vec![hold]),
+                Acquired::Nil => AcquiredAll::Nil,
+                Acquired::Parked => AcquiredAll::Parked,
+            },
+        );
     }
     // Clients waiting on a lock found free are served first: it is theirs.
     for target in targets {
@@ -946,7 +975,7 @@ pub fn acquire_all<H: Host>(
             Stored::Listed(holds) => holds.check_limit(mode, waiting_mode, one.now),
             _ => Ok(()),
         }
-        .and_then(|()| dry_decide(&one.stored, owner, mode, ttl_ms, one.now, these));
+        .and_then(|()| dry_decide(&one.stored, owner, ask, ttl_ms, one.now, these));
         match decided {
             Ok((decision, until)) => {
                 busy |= decision == Acquire::Busy;
@@ -964,7 +993,7 @@ pub fn acquire_all<H: Host>(
         return match wait_ms {
             Some(timeout) if host.can_block() => {
                 let names: Vec<LockName> = targets.iter().map(|t| host.lock_name(t)).collect();
-                park_all(host, names, (owner, mode, ttl_ms), timeout, &busy_until)
+                park_all(host, names, (owner, ask, ttl_ms), timeout, &busy_until)
             }
             _ => Ok(AcquiredAll::Nil),
         };
@@ -972,7 +1001,7 @@ pub fn acquire_all<H: Host>(
     let mut holds = Vec::with_capacity(targets.len());
     let mut ends = Vec::with_capacity(targets.len());
     for (one, these) in opened.into_iter().zip(barriers) {
-        let (decision, end) = store_grant(host, one, (owner, mode, ttl_ms), these)?;
+        let (decision, end) = store_grant(host, one, (owner, ask, ttl_ms), these)?;
         match decision {
             Acquire::Fresh(hold) => {
                 stats::ACQUIRED.incr();
@@ -1005,7 +1034,7 @@ pub fn acquire_all<H: Host>(
 fn park_all<H: Host>(
     host: &mut H,
     names: Vec<LockName>,
-    (owner, mode, ttl_ms): (&[u8], Mode, u64),
+    (owner, (mode, permits), ttl_ms): (&[u8], (Mode, u32), u64),
     timeout_ms: u64,
     busy_until: &[Option<u64>],
 ) -> Result<AcquiredAll, LockError> {
@@ -1019,6 +1048,7 @@ fn park_all<H: Host>(
         owner: owner.to_vec(),
         ttl_ms,
         mode,
+        permits,
         handle,
     };
     let now = host.now();
@@ -1067,7 +1097,7 @@ fn serve_several<H: Host>(host: &mut H, id: u64, in_command: bool) -> Vec<LockNa
         return Vec::new();
     }
     let cap = host.lease_cap();
-    let Some((owner, mode, ttl_ms)) = host.engine(|e| e.request_of(id, cap)) else {
+    let Some((owner, ask, ttl_ms)) = host.engine(|e| e.request_of(id, cap)) else {
         return Vec::new();
     };
     let mut opened = Vec::with_capacity(names.len());
@@ -1077,9 +1107,9 @@ fn serve_several<H: Host>(host: &mut H, id: u64, in_command: bool) -> Vec<LockNa
     for name in &names {
         let mut key = host.open_name(name, in_command);
         let now = host.key_now(&key);
-        match host.read(&mut key, read_for(mode, &owner)) {
+        match host.read(&mut key, read_for(ask.0, &owner)) {
             Ok(stored) => {
-                match dry_decide(&stored, &owner, mode, ttl_ms, now, Barriers::NONE) {
+                match dry_decide(&stored, &owner, ask, ttl_ms, now, Barriers::NONE) {
                     Ok((Acquire::Busy, until)) => {
                         busy = true;
                         checks.push((name.clone(), until));
@@ -1118,7 +1148,7 @@ fn serve_several<H: Host>(host: &mut H, id: u64, in_command: bool) -> Vec<LockNa
     }
     let mut holds = Vec::with_capacity(names.len());
     for one in opened {
-        match store_grant(host, one, (&owner, mode, ttl_ms), Barriers::NONE) {
+        match store_grant(host, one, (&owner, ask, ttl_ms), Barriers::NONE) {
             Ok((Acquire::Fresh(hold), _)) => holds.push((hold, true)),
             Ok((Acquire::Reentered(hold), _)) => holds.push((hold, false)),
             // Decided grantable above on the same holds: not reached.
@@ -1464,12 +1494,15 @@ fn serve_listed<H: Host>(
     loop {
         let skip = served.len();
         let slice = host.engine(|e| e.requests(name, cap, skip, take));
-        let waiting = slice.iter().map(|(id, owner, mode, ttl_ms)| Request {
-            id: *id,
-            owner,
-            mode: *mode,
-            ttl_ms: *ttl_ms,
-        });
+        let waiting = slice
+            .iter()
+            .map(|(id, owner, (mode, permits), ttl_ms)| Request {
+                id: *id,
+                owner,
+                mode: *mode,
+                permits: *permits,
+                ttl_ms: *ttl_ms,
+            });
         let more = shared_queue::serve(&mut holds, waiting, now, || host.issue_fence(now));
         let whole = more.len() == take;
         served.extend(more);

@@ -27,6 +27,8 @@ pub struct Request<'a, Id> {
     pub id: Id,
     pub owner: &'a [u8],
     pub mode: Mode,
+    /// The semaphore's permits it asks for (1 but with `PERMITS`).
+    pub permits: u32,
     /// The lease a grant gives, from `now_ms` (the caller caps it).
     pub ttl_ms: u64,
 }
@@ -73,9 +75,9 @@ pub fn serve<'a, Id>(
     for request in waiting {
         // Decided as `LOCK.ACQUIRE` decides it had the request come now,
         // with nobody ahead: the queue is what was ahead.
-        let decision = holds.apply(
+        let decision = holds.apply_permits(
             request.owner,
-            request.mode,
+            (request.mode, request.permits),
             request.ttl_ms,
             now_ms,
             Barriers::NONE,
@@ -140,6 +142,40 @@ pub fn waiting_shared_mode<'a, Id: 'a>(
 mod tests {
     use super::*;
     use crate::holds::tests::{held, owners, NOW};
+
+    #[test]
+    fn permits_are_served_first_come_first_served_within_the_limit() {
+        let sem = Mode::Shared { limit: Some(4) };
+        let mut holds = Holds::free();
+        let first = holds.apply_permits(b"a", (sem, 3), 100, NOW, Barriers::NONE, || 1);
+        assert!(matches!(first, Ok(Acquire::Fresh(_))));
+        let ask = |owner: &'static str, permits| Request {
+            id: owner,
+            owner: owner.as_bytes(),
+            mode: sem,
+            permits,
+            ttl_ms: 100,
+        };
+        // Two permits do not fit beside three: the head waits, and the one
+        // behind it, which would fit, waits behind it.
+        let served = serve(&mut holds, [ask("big", 2), ask("small", 1)], NOW, || 2);
+        assert!(served.is_empty(), "{served:?}");
+        // Alone, one permit fits (3 + 1 = 4), a second does not.
+        let served = serve(&mut holds, [ask("small", 1), ask("more", 1)], NOW, || 3);
+        assert_eq!(served.iter().map(|s| s.id).collect::<Vec<_>>(), ["small"]);
+        assert_eq!(holds.live_permits(NOW), 4);
+        // The hold keeps its permits: a reentry asking for others is refused.
+        let again = holds.apply_permits(b"a", (sem, 2), 100, NOW, Barriers::NONE, || 9);
+        assert_eq!(again, Err(LockError::PermitsMismatch));
+        let again = holds.apply_permits(b"a", (sem, 3), 100, NOW, Barriers::NONE, || 9);
+        assert!(matches!(again, Ok(Acquire::Reentered(h)) if h.count == 2));
+        // Its release gives its three permits back: the big one fits now.
+        holds.release(b"a", true, NOW).expect("release");
+        assert_eq!(holds.live_permits(NOW), 1);
+        let served = serve(&mut holds, [ask("big", 2), ask("more", 1)], NOW, || 4);
+        assert_eq!(served.len(), 2);
+        assert_eq!(holds.live_permits(NOW), 4);
+    }
     const SEM2: Mode = Mode::Shared { limit: Some(2) };
     const SEM3: Mode = Mode::Shared { limit: Some(3) };
     const W: Mode = Mode::Exclusive;
@@ -156,6 +192,7 @@ mod tests {
                 id: owner,
                 owner: owner.as_bytes(),
                 mode,
+                permits: 1,
                 ttl_ms: 100,
             })
             .collect()

@@ -514,6 +514,7 @@ impl Host for Server<'_> {
                             owner: owner.to_vec(),
                             hold,
                             since: 0,
+                            permits: 1,
                         }],
                     )),
                 })

@@ -510,6 +510,7 @@ impl Host for Server<'_> {
                     owner: owner.to_vec(),
                     hold,
                     since,
+                    permits: 1,
                 };
                 Holds::from_parts(Mode::Exclusive, vec![holder])
             }

@@ -155,7 +155,7 @@ pub const ACQUIRE: Command = Command {
     key: Some(UPDATE_AND_READ),
     numkeys: false,
     categories: "write slow blocking",
-    summary: c"Takes a lock for ttl-ms milliseconds (SHARED: a read hold; LIMIT: one of n permits; \
+    summary: c"Takes a lock for ttl-ms milliseconds (SHARED: a read hold; LIMIT: one of n permits, PERMITS: k of them; \
         EPHEMERAL: ended when this connection closes), or reenters it if the owner holds it; \
         replies with the hold's fence, or nil. With WAIT, queues until the lock is handed over or timeout-ms passes.",
     complexity: c"O(1)",
@@ -167,6 +167,7 @@ pub const ACQUIRE: Command = Command {
         // command refuses it otherwise).
         Arg::word(c"shared", c"SHARED").optional(),
         Arg::integer(c"limit").after(c"LIMIT").optional(),
+        Arg::integer(c"permits").after(c"PERMITS").optional(),
         Arg::word(c"ephemeral", c"EPHEMERAL").optional(),
         Arg::integer(c"timeout-ms").after(c"WAIT").optional(),
     ],
@@ -241,6 +242,7 @@ pub const MACQUIRE: Command = Command {
         TTL,
         Arg::word(c"shared", c"SHARED").optional(),
         Arg::integer(c"limit").after(c"LIMIT").optional(),
+        Arg::integer(c"permits").after(c"PERMITS").optional(),
         Arg::word(c"ephemeral", c"EPHEMERAL").optional(),
         Arg::integer(c"timeout-ms").after(c"WAIT").optional(),
     ],

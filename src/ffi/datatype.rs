@@ -39,7 +39,8 @@ use redislock_core::{fence, stats};
 ///   (unsigned, 0: none), holders (unsigned, at least 1), then per holder,
 ///   oldest first: owner (string buffer), count, fence, lease end, and the
 ///   unix ms its hold began (unsigned each).
-pub const ENCODING_VERSION: i32 = 3;
+/// - 4: as 3, and each holder's permits (unsigned) after its start.
+pub const ENCODING_VERSION: i32 = 4;
 
 /// A lease end not known: a value loaded from version 1. Its key's TTL is
 /// its lease (see [`redislock_core::lock::lease_end`]).
@@ -472,6 +473,7 @@ impl StoredLock {
                             expires_at: n.lease,
                         },
                         since: n.since,
+                        permits: 1,
                     }],
                 )
             }
@@ -632,7 +634,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
         lock_names::note_lock_name(RedisString::string_as_slice(name));
     }
     if encver >= 3 {
-        return load_holds(rdb);
+        return load_holds(rdb, encver);
     }
     let owner = raw::load_string_buffer(rdb).ok()?;
     let count = raw::load_unsigned(rdb).ok()?;
@@ -662,11 +664,13 @@ fn checked_holder(owner: &[u8], count: u64, fence: u64, lease: u64, since: u64) 
             expires_at: lease,
         },
         since,
+        permits: 1,
     })
 }
 
-/// Version 3: mode, limit, holders, then each holder.
-fn load_holds(rdb: *mut raw::RedisModuleIO) -> Option<*mut c_void> {
+/// Version 3: mode, limit, holders, then each holder; version 4 adds each
+/// holder's permits.
+fn load_holds(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<*mut c_void> {
     let mode = raw::load_unsigned(rdb).ok()?;
     let limit = raw::load_unsigned(rdb).ok()?;
     let n = raw::load_unsigned(rdb).ok()?;
@@ -692,7 +696,14 @@ fn load_holds(rdb: *mut raw::RedisModuleIO) -> Option<*mut c_void> {
         let fence = raw::load_unsigned(rdb).ok()?;
         let lease = from_wall(raw::load_unsigned(rdb).ok()?);
         let since = from_wall(raw::load_unsigned(rdb).ok()?);
-        holders.push(checked_holder(owner.as_ref(), count, fence, lease, since)?);
+        let mut holder = checked_holder(owner.as_ref(), count, fence, lease, since)?;
+        if encver >= 4 {
+            let permits = raw::load_unsigned(rdb).ok()?;
+            holder.permits = u32::try_from(permits)
+                .ok()
+                .filter(|&k| k >= 1 && u64::from(k) <= mode.capacity())?;
+        }
+        holders.push(holder);
     }
     // A fence that arrives from a file or a master moves our counter, so the
     // next fence this server issues is above it.
@@ -722,6 +733,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
             // Files hold wall-clock times, read by whoever loads them.
             raw::save_unsigned(rdb, to_wall(holder.hold.expires_at));
             raw::save_unsigned(rdb, to_wall(holder.since));
+            raw::save_unsigned(rdb, u64::from(holder.permits));
         }
     });
 }
@@ -808,7 +820,11 @@ pub fn shared_apply_args(holds: &Holds) -> Vec<*mut raw::RedisModuleString> {
         Mode::Shared { limit } => limit.map_or(0, u64::from),
         Mode::Exclusive => 0,
     };
-    let mut words: Vec<Vec<u8>> = vec![b"SHARED".to_vec(), limit.to_string().into_bytes()];
+    // `SHAREDP`: each holder with its permits, when one is worth more
+    // than one (a file without them stays readable by older modules).
+    let with_permits = holds.holders().any(|h| h.permits != 1);
+    let word: &[u8] = if with_permits { b"SHAREDP" } else { b"SHARED" };
+    let mut words: Vec<Vec<u8>> = vec![word.to_vec(), limit.to_string().into_bytes()];
     for holder in holds.holders() {
         words.push(holder.owner.clone());
         for n in [
@@ -818,6 +834,9 @@ pub fn shared_apply_args(holds: &Holds) -> Vec<*mut raw::RedisModuleString> {
             to_wall(holder.since),
         ] {
             words.push(n.to_string().into_bytes());
+        }
+        if with_permits {
+            words.push(holder.permits.to_string().into_bytes());
         }
     }
     words
@@ -878,6 +897,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                     add_ll(md, holder.hold.count as i64);
                     add_ll(md, holder.hold.fence as i64);
                     add_ll(md, to_wall(holder.hold.expires_at) as i64);
+                    add_ll(md, i64::from(holder.permits));
                 }
                 end(md);
             }

@@ -686,10 +686,34 @@ impl<'a> LockKey<'a> {
     }
 
     /// Sends one owner's share: `LOCK.APPLY key SHARE limit owner count
-    /// fence lease since`, or `LOCK.APPLY key UNSHARE owner` once it ended.
+    /// fence lease since [PERMITS k]`, or `LOCK.APPLY key UNSHARE owner`
+    /// once it ended.
     fn replicate_share(&self, limit: i64, owner: &[u8], now: Option<&Holder>) {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.propagate(|ctx, rep| match now {
+            // SAFETY: the format "sclbllllcl" matches the arguments: the
+            // key name, a C string, a long long, an owner (pointer, length),
+            // four long longs, a C string and a long long. Redis copies them
+            // into its own objects. A share worth more than one permit says
+            // so after the hold (older replicas never see one).
+            Some(h) if h.permits != 1 => unsafe {
+                rep(
+                    ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sclbllllcl".as_ptr(),
+                    self.name.inner(),
+                    c"SHARE".as_ptr(),
+                    limit,
+                    owner.as_ptr(),
+                    owner.len(),
+                    clamp(h.hold.count),
+                    clamp(h.hold.fence),
+                    clamp(to_wall(h.hold.expires_at)),
+                    clamp(to_wall(h.since)),
+                    c"PERMITS".as_ptr(),
+                    i64::from(h.permits),
+                );
+            },
             // SAFETY: the format "sclbllll" matches the arguments: the key
             // name, a C string, a long long, an owner (pointer, length) and
             // four long longs. Redis copies them into its own objects.

@@ -350,8 +350,16 @@ fn info_is_a_flat_array_in_field_order_under_resp2() {
         panic!("one holder, a flat array under RESP2: {holders:?}");
     };
     let holder_names: Vec<Option<String>> = holder.iter().step_by(2).map(text).collect();
-    let expected =
-        ["owner", "count", "fence", "ttl", "held", "ephemeral"].map(|n| Some(n.to_string()));
+    let expected = [
+        "owner",
+        "count",
+        "fence",
+        "ttl",
+        "held",
+        "ephemeral",
+        "permits",
+    ]
+    .map(|n| Some(n.to_string()));
     assert_eq!((holders.len(), holder_names), (1, expected.to_vec()));
     assert_eq!(holder[1], Value::BulkString(b"alice".to_vec()));
     assert_eq!(holder[3], Value::Int(2));
@@ -408,7 +416,7 @@ fn info_is_a_map_in_field_order_under_resp3() {
         panic!("holders is not an array: {pairs:?}");
     };
     assert!(
-        matches!(holders.as_slice(), [Value::Map(holder)] if holder.len() == 6),
+        matches!(holders.as_slice(), [Value::Map(holder)] if holder.len() == 7),
         "one holder, a map under RESP3: {holders:?}"
     );
     assert_eq!(pairs[0].1, Value::BulkString(b"alice".to_vec()));

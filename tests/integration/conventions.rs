@@ -279,8 +279,41 @@ const DOCS: &[Docs] = &[
             "ttl-ms integer",
             "shared pure-token token=SHARED optional",
             "limit integer token=LIMIT optional",
+            "permits integer token=PERMITS optional",
             "ephemeral pure-token token=EPHEMERAL optional",
             "timeout-ms integer token=WAIT optional",
+        ],
+    },
+    Docs {
+        name: "lock.macquire",
+        args: &[
+            "numkeys integer",
+            "key key flags=[multiple]",
+            "owner string",
+            "ttl-ms integer",
+            "shared pure-token token=SHARED optional",
+            "limit integer token=LIMIT optional",
+            "permits integer token=PERMITS optional",
+            "ephemeral pure-token token=EPHEMERAL optional",
+            "timeout-ms integer token=WAIT optional",
+        ],
+    },
+    Docs {
+        name: "lock.mrelease",
+        args: &[
+            "numkeys integer",
+            "key key flags=[multiple]",
+            "owner string",
+            "all pure-token token=ALL optional",
+        ],
+    },
+    Docs {
+        name: "lock.mrenew",
+        args: &[
+            "numkeys integer",
+            "key key flags=[multiple]",
+            "owner string",
+            "ttl-ms integer",
         ],
     },
     Docs {
@@ -347,10 +380,12 @@ fn command_docs_describe_every_command_and_its_arguments() {
         assert!(summary.len() > 20, "{name}: summary {summary:?}");
         assert_eq!(show(field(name, &doc, "since")), "0.1.0", "{name}");
         // Listing a lock's waiters takes a step per waiter; all else is O(1).
-        let complexity = if name == "lock.queue" {
-            "O(N) where N is the number of clients waiting on the lock"
-        } else {
-            "O(1)"
+        let complexity = match name {
+            "lock.queue" => "O(N) where N is the number of clients waiting on the lock",
+            "lock.macquire" | "lock.mrelease" | "lock.mrenew" => {
+                "O(N) where N is the number of keys"
+            }
+            _ => "O(1)",
         };
         assert_eq!(show(field(name, &doc, "complexity")), complexity, "{name}");
         assert_eq!(show(field(name, &doc, "group")), "module", "{name}");

@@ -61,6 +61,11 @@ mod memory;
 /// `MIGRATE` inside `MULTI` or a Lua script with clients waiting:
 /// the waiters follow the lock to the target, none is granted on the source.
 mod migrate;
+/// Several locks at once (`LOCK.MACQUIRE`, `MRELEASE`, `MRENEW`): all or
+/// none, first come first served across keys, no deadlock in crossing
+/// orders, waiters that leave, replication, restarts, bad input, and a
+/// hand-off's cost behind few or many waiters.
+mod multi;
 /// Watching a lock: `LOCK.QUEUE`, and how long waits and holds last
 /// (`INFO lock`'s `wait_usec` and `hold_usec`).
 mod observe;
