@@ -491,9 +491,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 		} else {
 			c.putLink(l)
 		}
-		lk := c.start(key, owner, slices.Max(fences), o, sent, bound, nil, b)
-		lk.keys, lk.fences = md.keys, fences
-		return lk, nil
+		return c.start(key, owner, slices.Max(fences), o, sent, bound, nil, b, md.keys, fences), nil
 	}
 }
 

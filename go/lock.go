@@ -65,10 +65,12 @@ type watchdog struct {
 	moved chan struct{}
 }
 
-func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link, q *quorum, b *binding) *Lock {
+// start begins watching a hold; keys and fences are set for a hold on
+// several keys (before the watchdog starts: its renewals name them all).
+func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link, q *quorum, b *binding, keys []string, fences []int64) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{
-		c: c, key: key, owner: owner, fence: fence, ctx: ctx, cancel: cancel,
+		c: c, key: key, owner: owner, fence: fence, keys: keys, fences: fences, ctx: ctx, cancel: cancel,
 		bound: bound, ttl: o.ttl, deadline: deadline(sent, o.ttl), renew: !o.noRenew,
 		renewed: sent, quorum: q, binding: b,
 	}
