@@ -84,7 +84,8 @@ func TestLockKeysInCrossingOrdersAreServedInTurn(t *testing.T) {
 		l, err := c.LockKeys(bg, []string{"y", "x"}, WithWait(10*time.Second))
 		second <- got{l, err}
 	}()
-	waitFor(t, "both wait", 5*time.Second, func() bool { return s.waiters("y") == 1 })
+	// Each request waits in the queue of every key it names.
+	waitFor(t, "both wait", 5*time.Second, func() bool { return s.waiters("x") == 2 })
 	if !s.free("y") {
 		t.Fatal("y taken out of turn while both waited")
 	}
