@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,6 +234,60 @@ type mode struct {
 	shared  bool
 	limit   int
 	permits int
+	// keys, when set, are taken all at once (LOCK.MACQUIRE), the key
+	// acquire names being the first of them (its routing).
+	keys []string
+}
+
+// acquireArgs: LOCK.ACQUIRE key owner ttl, or LOCK.MACQUIRE numkeys keys...
+// owner ttl for several keys.
+func (m mode) acquireArgs(key, owner, ttl string) []string {
+	if m.keys == nil {
+		return []string{"LOCK.ACQUIRE", key, owner, ttl}
+	}
+	a := append([]string{"LOCK.MACQUIRE", strconv.Itoa(len(m.keys))}, m.keys...)
+	return append(a, owner, ttl)
+}
+
+// renewArgs: LOCK.RENEW, or LOCK.MRENEW of every key (all or none).
+func (m mode) renewArgs(key, owner, ttl string) []string {
+	if m.keys == nil {
+		return []string{"LOCK.RENEW", key, owner, ttl}
+	}
+	a := append([]string{"LOCK.MRENEW", strconv.Itoa(len(m.keys))}, m.keys...)
+	return append(a, owner, ttl)
+}
+
+// releaseArgs: LOCK.RELEASE [ALL], or LOCK.MRELEASE of every key.
+func (m mode) releaseArgs(key, owner string, all bool) []string {
+	a := []string{"LOCK.RELEASE", key, owner}
+	if m.keys != nil {
+		a = append(append([]string{"LOCK.MRELEASE", strconv.Itoa(len(m.keys))}, m.keys...), owner)
+	}
+	if all {
+		a = append(a, "ALL")
+	}
+	return a
+}
+
+// fencesOf reads a grant: LOCK.ACQUIRE's fence, or LOCK.MACQUIRE's array
+// of them in key order.
+func fencesOf(v any) ([]int64, bool) {
+	switch got := v.(type) {
+	case int64:
+		return []int64{got}, true
+	case []any:
+		fences := make([]int64, 0, len(got))
+		for _, f := range got {
+			n, ok := f.(int64)
+			if !ok {
+				return nil, false
+			}
+			fences = append(fences, n)
+		}
+		return fences, len(fences) > 0
+	}
+	return nil, false
 }
 
 func (m mode) args() []string {
@@ -260,6 +316,43 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	return c.acquire(ctx, key, newOwner(), mode{}, collect(opts), false, nil)
 }
 
+// MaxKeys is the most keys one lock on several keys may name.
+const MaxKeys = 64
+
+// LockKeys takes every one of keys together, all or none, waiting as long
+// as ctx allows (or WithWait says): the server queues the request on every
+// key at once and grants it when all of them can be granted in the same
+// step, never some while it waits, so locks on the same keys in any order
+// never deadlock, and no later request takes one of its keys first. The
+// Lock holds them all (Keys, Fences): one watchdog renews every key with
+// one LOCK.MRENEW, a loss of any key is a loss of the Lock (its Context is
+// cancelled), and Release gives every key back. 1 to 64 distinct keys; in
+// a cluster they must share a hash slot. Cancelling ctx leaves no key held.
+func (c *Client) LockKeys(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
+	return c.acquireKeys(ctx, keys, opts, true)
+}
+
+// TryLockKeys takes every one of keys if all can be taken now:
+// ErrNotObtained otherwise, and then no key is held.
+func (c *Client) TryLockKeys(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
+	return c.acquireKeys(ctx, keys, opts, false)
+}
+
+func (c *Client) acquireKeys(ctx context.Context, keys []string, opts []Option, wait bool) (*Lock, error) {
+	if len(keys) < 1 || len(keys) > MaxKeys {
+		return nil, fmt.Errorf("%w: a lock on several keys takes 1 to %d keys, not %d", ErrRefused, MaxKeys, len(keys))
+	}
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if seen[k] {
+			return nil, fmt.Errorf("%w: a lock on several keys names each key once (%q twice)", ErrRefused, k)
+		}
+		seen[k] = true
+	}
+	md := mode{keys: slices.Clone(keys)}
+	return c.acquire(ctx, keys[0], newOwner(), md, collect(opts), wait, nil)
+}
+
 // acquire is every acquisition's one path: LOCK.ACQUIRE on a connection of
 // its own, the wait parked there, a cancel cleaned up there.
 func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o options, wait bool, bt *bindingTable) (*Lock, error) {
@@ -267,7 +360,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 	if err != nil {
 		return nil, err
 	}
-	base := []string{"LOCK.ACQUIRE", key, owner, ttlArg}
+	base := md.acquireArgs(key, owner, ttlArg)
 	base = append(base, md.args()...)
 	if o.ephemeral {
 		base = append(base, "EPHEMERAL")
@@ -314,10 +407,10 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 		select {
 		case r = <-pending:
 		case <-ctx.Done():
-			c.abandon(l, key, owner, o.ttl, wait, pending, false)
+			c.abandon(l, md, key, owner, o.ttl, wait, pending, false)
 			return nil, cancelled(ctx.Err())
 		case <-late:
-			c.abandon(l, key, owner, o.ttl, false, pending, false)
+			c.abandon(l, md, key, owner, o.ttl, false, pending, false)
 			return nil, cancelled(context.DeadlineExceeded)
 		}
 		v, err := r.result()
@@ -327,7 +420,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 				// have happened. Release it in the background (best effort:
 				// the lease ends it otherwise).
 				c.putLink(l)
-				c.releaseLater(key, owner, false, nil, time.Now().Add(o.ttl))
+				c.releaseCmdLater(key, md.releaseArgs(key, owner, false), nil, time.Now().Add(o.ttl))
 				return nil, err
 			}
 			if kind, ok := c.giveBack(ctx, l, &ep, err, hop); ok {
@@ -342,14 +435,14 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 		}
 		if v == nil {
 			if !wait {
-				err = c.whyNotObtained(ctx, l, key)
+				err = c.whyNotObtained(ctx, l, key, md.keys)
 			} else {
 				err = ErrTimedOut
 			}
 			c.putLink(l)
 			return nil, err
 		}
-		fence, ok := v.(int64)
+		fences, ok := fencesOf(v)
 		if !ok {
 			c.putLink(l)
 			return nil, transportError(errProtocol)
@@ -360,9 +453,9 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 			sent = time.Now()
 			var rr reply
 			select {
-			case rr = <-l.send("LOCK.RENEW", key, owner, ttlArg):
+			case rr = <-l.send(md.renewArgs(key, owner, ttlArg)...):
 			case <-ctx.Done():
-				c.abandon(l, key, owner, o.ttl, false, nil, true)
+				c.abandon(l, md, key, owner, o.ttl, false, nil, true)
 				return nil, cancelled(ctx.Err())
 			}
 			if _, err := rr.result(); err != nil {
@@ -384,7 +477,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 					hop = -1
 					continue
 				}
-				c.abandon(l, key, owner, o.ttl, false, nil, true)
+				c.abandon(l, md, key, owner, o.ttl, false, nil, true)
 				if errors.As(err, &se) {
 					return nil, mapServerError(se)
 				}
@@ -398,27 +491,37 @@ func (c *Client) acquire(ctx context.Context, key, owner string, md mode, o opti
 		} else {
 			c.putLink(l)
 		}
-		return c.start(key, owner, fence, o, sent, bound, nil, b), nil
+		return c.start(key, owner, slices.Max(fences), o, sent, bound, nil, b, md.keys, fences), nil
 	}
 }
 
 // whyNotObtained tells a try refused for the quarantine (the lock is free
 // and the server begins no hold) from one refused because it is held.
-func (c *Client) whyNotObtained(ctx context.Context, l *link, key string) error {
-	info := l.send("LOCK.INFO", key)
-	stats := l.send("INFO", "lock")
-	var ri, rs reply
-	select {
-	case ri = <-info:
-	case <-ctx.Done():
-		return ErrNotObtained
+func (c *Client) whyNotObtained(ctx context.Context, l *link, key string, keys []string) error {
+	if keys == nil {
+		keys = []string{key}
 	}
+	infos := make([]chan reply, 0, len(keys))
+	for _, k := range keys {
+		infos = append(infos, l.send("LOCK.INFO", k))
+	}
+	stats := l.send("INFO", "lock")
+	held := false
+	for _, info := range infos {
+		select {
+		case ri := <-info:
+			held = held || ri.err != nil || ri.v != nil
+		case <-ctx.Done():
+			return ErrNotObtained
+		}
+	}
+	var rs reply
 	select {
 	case rs = <-stats:
 	case <-ctx.Done():
 		return ErrNotObtained
 	}
-	if ri.err != nil || ri.v != nil {
+	if held {
 		return ErrNotObtained
 	}
 	if s, ok := rs.v.(string); ok {
@@ -436,19 +539,20 @@ func (c *Client) whyNotObtained(ctx context.Context, l *link, key string) error 
 // connection), and a grant that crossed the cancel is released on l, after
 // it, so nothing is left held. pending is the acquire's reply still to
 // come; granted says the grant is already known.
-func (c *Client) abandon(l *link, key, owner string, ttl time.Duration, parked bool, pending chan reply, granted bool) {
+func (c *Client) abandon(l *link, md mode, key, owner string, ttl time.Duration, parked bool, pending chan reply, granted bool) {
 	c.spawn(func() {
 		defer c.putLink(l)
 		if !granted {
 			r := c.awaitAfterCancel(l, key, pending, parked)
-			_, granted = r.v.(int64)
+			_, granted = fencesOf(r.v)
 		}
 		if granted {
 			// One release: the call's own hold (a reentry leaves the
 			// owner's earlier holds in place).
-			rel := <-l.send("LOCK.RELEASE", key, owner)
+			args := md.releaseArgs(key, owner, false)
+			rel := <-l.send(args...)
 			if rel.err != nil {
-				c.releaseLater(key, owner, false, nil, time.Now().Add(ttl))
+				c.releaseCmdLater(key, args, nil, time.Now().Add(ttl))
 			}
 		}
 	})
@@ -523,10 +627,12 @@ func queued(v any, id string) bool {
 // is nothing left to release. bound, when set, is the ephemeral hold's own
 // connection, used first (and closed after).
 func (c *Client) releaseLater(key, owner string, all bool, bound *link, until time.Time) {
-	args := []string{"LOCK.RELEASE", key, owner}
-	if all {
-		args = append(args, "ALL")
-	}
+	c.releaseCmdLater(key, mode{}.releaseArgs(key, owner, all), bound, until)
+}
+
+// releaseCmdLater is releaseLater of a release command given whole (a
+// LOCK.MRELEASE of several keys, routed by key).
+func (c *Client) releaseCmdLater(key string, args []string, bound *link, until time.Time) {
 	c.spawn(func() {
 		delay := 5 * time.Millisecond
 		for time.Now().Before(until) {

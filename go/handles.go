@@ -171,7 +171,7 @@ func (c *Client) Resume(ctx context.Context, key, owner string, fence int64, opt
 	if fence == 0 {
 		fence = c.fenceOf(ctx, key, owner)
 	}
-	return c.start(key, owner, fence, o, sent, nil, nil, nil), nil
+	return c.start(key, owner, fence, o, sent, nil, nil, nil, nil, nil), nil
 }
 
 // fenceOf reads owner's fence from LOCK.INFO (its holders list), 0 if

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -19,10 +20,14 @@ var errReleased = errors.New("redislock: released")
 // owner lost it, the hold is lost: Context() is cancelled at that moment
 // with a *LostError as its cause, and stays so.
 type Lock struct {
-	c      *Client
-	key    string
-	owner  string
-	fence  int64
+	c     *Client
+	key   string
+	owner string
+	fence int64
+	// keys and fences, for a hold on several keys at once (LockKeys):
+	// every key and its fence, in order; its commands name them all.
+	keys   []string
+	fences []int64
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// bound is an ephemeral hold's own connection, open for the hold's life.
@@ -60,10 +65,12 @@ type watchdog struct {
 	moved chan struct{}
 }
 
-func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link, q *quorum, b *binding) *Lock {
+// start begins watching a hold; keys and fences are set for a hold on
+// several keys (before the watchdog starts: its renewals name them all).
+func (c *Client) start(key, owner string, fence int64, o options, sent time.Time, bound *link, q *quorum, b *binding, keys []string, fences []int64) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{
-		c: c, key: key, owner: owner, fence: fence, ctx: ctx, cancel: cancel,
+		c: c, key: key, owner: owner, fence: fence, keys: keys, fences: fences, ctx: ctx, cancel: cancel,
 		bound: bound, ttl: o.ttl, deadline: deadline(sent, o.ttl), renew: !o.noRenew,
 		renewed: sent, quorum: q, binding: b,
 	}
@@ -87,8 +94,28 @@ func (c *Client) start(key, owner string, fence int64, o options, sent time.Time
 	return l
 }
 
-// Key is the lock's key.
+// Key is the lock's key (the first, for a lock on several keys).
 func (l *Lock) Key() string { return l.key }
+
+// Keys are the keys the lock holds: its key, or for a lock on several
+// keys (LockKeys) every one, in the order asked for.
+func (l *Lock) Keys() []string {
+	if l.keys == nil {
+		return []string{l.key}
+	}
+	return slices.Clone(l.keys)
+}
+
+// Fences has one fence per key of Keys, in order (Fence is the highest).
+func (l *Lock) Fences() []int64 {
+	if l.fences == nil {
+		return []int64{l.fence}
+	}
+	return slices.Clone(l.fences)
+}
+
+// mode: what the hold's renewals and releases name (its keys).
+func (l *Lock) mode() mode { return mode{keys: l.keys} }
 
 // Owner is the token the hold is taken under: pass it (with the fence) to
 // another process to continue the hold there (Client.Resume).
@@ -201,7 +228,7 @@ func (l *Lock) RenewFor(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	sent := time.Now()
-	_, err = l.do(ctx, "LOCK.RENEW", l.key, l.owner, arg)
+	_, err = l.do(ctx, l.mode().renewArgs(l.key, l.owner, arg)...)
 	if err != nil {
 		return l.failed(err)
 	}
@@ -324,11 +351,7 @@ func (l *Lock) release(ctx context.Context, all bool) error {
 		l.unbind()
 		return err
 	}
-	args := []string{"LOCK.RELEASE", l.key, l.owner}
-	if all {
-		args = append(args, "ALL")
-	}
-	_, err := l.do(ctx, args...)
+	_, err := l.do(ctx, l.mode().releaseArgs(l.key, l.owner, all)...)
 	if err == nil {
 		l.mu.Lock()
 		l.released = true
@@ -367,7 +390,7 @@ func (l *Lock) unconfirmed(cause error, all bool) error {
 	if l.quorum != nil {
 		l.quorum.releaseLater(l.key, l.owner, all, until)
 	} else {
-		l.c.releaseLater(l.key, l.owner, all, bound, until)
+		l.c.releaseCmdLater(l.key, l.mode().releaseArgs(l.key, l.owner, all), bound, until)
 	}
 	err := l.Lost()
 	if cause != nil {
@@ -468,7 +491,7 @@ func (l *Lock) watch(d *watchdog, renew bool) {
 		// release).
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
 		sent := time.Now()
-		_, err = l.do(ctx, "LOCK.RENEW", l.key, l.owner, arg)
+		_, err = l.do(ctx, l.mode().renewArgs(l.key, l.owner, arg)...)
 		cancel()
 		var se ServerError
 		switch {

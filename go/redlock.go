@@ -159,7 +159,7 @@ func (r *Redlock) round(ctx context.Context, key, owner string, o options) (*Loc
 			}
 		}
 		if raised >= r.need && time.Now().Before(deadline(sent, o.ttl)) {
-			return r.clients[0].start(key, owner, top, o, sent, nil, q, nil), nil
+			return r.clients[0].start(key, owner, top, o, sent, nil, q, nil, nil, nil), nil
 		}
 	}
 	// No majority: give back what was granted (a grant still in flight on

@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redislock_client::{
-    Client, Error, Guard, LockOptions, LossReason, LossSignal, Redlock, RwLock, Semaphore,
+    Client, Error, Guard, LockOptions, LossReason, LossSignal, MultiGuard, Redlock, RwLock,
+    Semaphore,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -37,9 +38,40 @@ enum Target {
 /// has it, and its loss signal, which outlives a guard consumed by a
 /// release of every hold.
 struct Hold {
-    guard: Option<Guard>,
+    guard: Option<Held>,
     loss: LossSignal,
     fence: u64,
+}
+
+/// A guard on one key, or on several at once (`keys=`).
+enum Held {
+    One(Guard),
+    Many(MultiGuard),
+}
+
+impl Held {
+    fn held(&self) -> bool {
+        match self {
+            Held::One(guard) => guard.count() > 0,
+            Held::Many(guard) => guard.is_held(),
+        }
+    }
+
+    async fn renew(&mut self, ttl: Option<Duration>) -> Result<(), Error> {
+        match (self, ttl) {
+            (Held::One(guard), Some(ttl)) => guard.renew_for(ttl).await,
+            (Held::One(guard), None) => guard.renew().await,
+            (Held::Many(guard), Some(ttl)) => guard.renew_for(ttl).await,
+            (Held::Many(guard), None) => guard.renew().await,
+        }
+    }
+
+    async fn stop_renewing(&mut self) {
+        match self {
+            Held::One(guard) => guard.stop_renewing().await,
+            Held::Many(guard) => guard.stop_renewing().await,
+        }
+    }
 }
 
 /// A shared object the suite named with `obj=`.
@@ -179,10 +211,7 @@ async fn run(state: &Shared, verb: &str, args: &Args) -> Result<String, Fail> {
             let ttl = args.ms("ttl")?.map(Duration::from_millis);
             let mut hold = hold.lock().await;
             let guard = hold.guard.as_mut().ok_or_else(released)?;
-            match ttl {
-                Some(ttl) => guard.renew_for(ttl).await?,
-                None => guard.renew().await?,
-            }
+            guard.renew(ttl).await?;
             Ok(String::new())
         }
         "release" => release(state, args).await,
@@ -198,7 +227,7 @@ async fn run(state: &Shared, verb: &str, args: &Args) -> Result<String, Fail> {
             let hold = hold(state, args)?;
             let hold = hold.lock().await;
             let lost = hold.loss.is_lost();
-            let held = !lost && hold.guard.as_ref().is_some_and(|g| g.count() > 0);
+            let held = !lost && hold.guard.as_ref().is_some_and(Held::held);
             let reason = hold.loss.reason().map_or("-", reason_word);
             Ok(format!(
                 "held={} lost={} reason={reason} fence={}",
@@ -327,11 +356,30 @@ fn object(state: &Shared, args: &Args, target: &Target, kind: &str) -> Result<Ob
 
 async fn acquire(state: &Shared, args: &Args) -> Result<String, Fail> {
     let h = args.need("h")?.to_string();
-    let key = args.need("key")?.to_string();
     let kind = args.get("kind").unwrap_or("lock");
     let opts = options(args)?;
     let wait = args.get("wait").is_some();
     let target = target(state)?;
+    if let Some(keys) = args.get("keys") {
+        let keys: Vec<&str> = keys.split(',').collect();
+        let (Target::One(client), "lock") = (&target, kind) else {
+            return Err(Fail(
+                "unsupported",
+                "several keys at once: exclusive locks on one server".into(),
+            ));
+        };
+        let guard = if wait {
+            cancellable(args, client.lock_keys(&keys, &opts)).await?
+        } else {
+            cancellable(args, client.try_lock_keys(&keys, &opts)).await?
+        };
+        return Ok(keep_many(state, h, guard));
+    }
+    let key = args.need("key")?.to_string();
+    let permits = match args.get("permits") {
+        None => 1,
+        Some(v) => v.parse().map_err(|_| Fail::bad(format!("permits={v}")))?,
+    };
     let guard = match (kind, &target) {
         ("lock", Target::One(client)) => {
             if wait {
@@ -356,9 +404,9 @@ async fn acquire(state: &Shared, args: &Args) -> Result<String, Fail> {
             },
             Obj::Sem(sem) => {
                 if wait {
-                    cancellable(args, sem.acquire(&opts)).await?
+                    cancellable(args, sem.acquire_permits(permits, &opts)).await?
                 } else {
-                    cancellable(args, sem.try_acquire(&opts)).await?
+                    cancellable(args, sem.try_acquire_permits(permits, &opts)).await?
                 }
             }
         },
@@ -371,9 +419,29 @@ async fn acquire(state: &Shared, args: &Args) -> Result<String, Fail> {
 /// the reply's fields.
 fn keep(state: &Shared, h: String, guard: Guard) -> String {
     let fields = format!("fence={} owner={}", guard.fence(), guard.owner());
+    let (fence, loss) = (guard.fence(), guard.loss());
+    file(state, h, fence, loss, Held::One(guard));
+    fields
+}
+
+/// [`keep`] for a hold on several keys: `fence=` is the first key's,
+/// `fences=` every key's in order.
+fn keep_many(state: &Shared, h: String, guard: MultiGuard) -> String {
+    let fences: Vec<String> = guard.fences().iter().map(u64::to_string).collect();
+    let fence = guard.fences().first().copied().unwrap_or(0);
+    let fields = format!(
+        "fence={fence} fences={} owner={}",
+        fences.join(","),
+        guard.owner()
+    );
     let loss = guard.loss();
+    file(state, h, fence, loss, Held::Many(guard));
+    fields
+}
+
+fn file(state: &Shared, h: String, fence: u64, loss: LossSignal, guard: Held) {
     let hold = Hold {
-        fence: guard.fence(),
+        fence,
         loss: loss.clone(),
         guard: Some(guard),
     };
@@ -386,18 +454,29 @@ fn keep(state: &Shared, h: String, guard: Guard) -> String {
         let reason = loss.lost().await;
         emit(&format!("! lost h={h} reason={}", reason_word(reason)));
     });
-    fields
 }
 
 async fn release(state: &Shared, args: &Args) -> Result<String, Fail> {
     let hold = hold(state, args)?;
     let mut hold = hold.lock().await;
+    // A hold on several keys is released whole, `all=1` or not.
+    if matches!(hold.guard, Some(Held::Many(_))) {
+        let Some(Held::Many(guard)) = hold.guard.take() else {
+            return Err(released());
+        };
+        cancellable(args, guard.release()).await?;
+        return Ok("left=0".into());
+    }
+    let Some(Held::One(guard)) = hold.guard.as_mut() else {
+        return Err(released());
+    };
     if args.get("all") == Some("1") {
-        let guard = hold.guard.take().ok_or_else(released)?;
+        let Some(Held::One(guard)) = hold.guard.take() else {
+            return Err(released());
+        };
         cancellable(args, guard.release_all()).await?;
         return Ok(String::new());
     }
-    let guard = hold.guard.as_mut().ok_or_else(released)?;
     let left = cancellable(args, guard.release()).await?;
     Ok(format!("left={left}"))
 }

@@ -20,6 +20,7 @@ use crate::client::{Client as AsyncClient, RwLock as AsyncRwLock, Semaphore as A
 use crate::conn::Conn;
 use crate::error::{Error, LossReason};
 use crate::guard::{Guard as AsyncGuard, LossSignal};
+use crate::multi::MultiGuard as AsyncMultiGuard;
 use crate::options::LockOptions;
 use crate::redlock::{Redlock as AsyncRedlock, RedlockOptions};
 
@@ -126,6 +127,34 @@ impl Client {
     pub fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         let guard = self.bg.block_on(self.inner.try_lock(key, opts))?;
         Ok(self.wrap(guard))
+    }
+
+    /// Takes every one of `keys` at once or none; see
+    /// [`crate::Client::try_lock_keys`].
+    pub fn try_lock_keys<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        opts: &LockOptions,
+    ) -> Result<MultiGuard, Error> {
+        let inner = self.bg.block_on(self.inner.try_lock_keys(keys, opts))?;
+        Ok(MultiGuard {
+            inner,
+            bg: self.bg.clone(),
+        })
+    }
+
+    /// Waits for every one of `keys` together; see
+    /// [`crate::Client::lock_keys`].
+    pub fn lock_keys<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        opts: &LockOptions,
+    ) -> Result<MultiGuard, Error> {
+        let inner = self.bg.block_on(self.inner.lock_keys(keys, opts))?;
+        Ok(MultiGuard {
+            inner,
+            bg: self.bg.clone(),
+        })
     }
 
     /// Waits for the lock up to the options' wait; [`Error::TimedOut`] then.
@@ -264,6 +293,25 @@ impl Semaphore {
     /// Takes a permit at once, or [`Error::WouldBlock`].
     pub fn try_acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
         let guard = self.client.bg.block_on(self.inner.try_acquire(opts))?;
+        Ok(self.client.wrap(guard))
+    }
+
+    /// Takes `permits` permits as one hold; see
+    /// [`crate::Semaphore::acquire_permits`].
+    pub fn acquire_permits(&self, permits: u32, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self
+            .client
+            .bg
+            .block_on(self.inner.acquire_permits(permits, opts))?;
+        Ok(self.client.wrap(guard))
+    }
+
+    /// [`Semaphore::acquire_permits`] at once, or [`Error::WouldBlock`].
+    pub fn try_acquire_permits(&self, permits: u32, opts: &LockOptions) -> Result<Guard, Error> {
+        let guard = self
+            .client
+            .bg
+            .block_on(self.inner.try_acquire_permits(permits, opts))?;
         Ok(self.client.wrap(guard))
     }
 
@@ -423,5 +471,56 @@ impl Guard {
     pub fn release_all(self) -> Result<(), Error> {
         let Guard { inner, bg } = self;
         bg.block_on(inner.release_all())
+    }
+}
+
+/// Several keys held at once through a blocking client; see
+/// [`crate::MultiGuard`]. Dropping it releases every key in the background,
+/// without blocking.
+#[derive(Debug)]
+pub struct MultiGuard {
+    // Declared first, so it drops first (as [`Guard`]'s).
+    inner: AsyncMultiGuard,
+    bg: Arc<Background>,
+}
+
+impl MultiGuard {
+    pub fn keys(&self) -> &[String] {
+        self.inner.keys()
+    }
+
+    /// One fence per key, in the order of [`MultiGuard::keys`].
+    pub fn fences(&self) -> &[u64] {
+        self.inner.fences()
+    }
+
+    pub fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+
+    pub fn loss(&self) -> LossSignal {
+        self.inner.loss()
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.inner.is_held()
+    }
+
+    pub fn renew(&mut self) -> Result<(), Error> {
+        self.bg.block_on(self.inner.renew())
+    }
+
+    pub fn renew_for(&mut self, ttl: Duration) -> Result<(), Error> {
+        self.bg.block_on(self.inner.renew_for(ttl))
+    }
+
+    /// Releases every key now.
+    pub fn release(self) -> Result<(), Error> {
+        let MultiGuard { inner, bg } = self;
+        bg.block_on(inner.release())
     }
 }

@@ -5,14 +5,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
+use redis::{Cmd, IntoConnectionInfo};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::conn::{self, Conn, Share};
+use crate::conn::{self, Conn, Link, Share};
 use crate::error::Error;
 use crate::guard::{Backend, BoxFuture, Context, Guard, HandleHolds, Owned, Pending};
+use crate::multi::{Keys, MultiGuard};
 use crate::options::{deadline, LockOptions};
 
 /// How long one reply may take on the shared connection.
@@ -66,8 +67,15 @@ struct Inner {
 }
 
 /// One server or cluster as a [`Backend`].
-struct Server {
+pub(crate) struct Server {
     conn: Conn,
+}
+
+impl Server {
+    /// A command on the shared connection.
+    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
+        self.conn.query(cmd).await
+    }
 }
 
 impl Client {
@@ -113,6 +121,73 @@ impl Client {
     /// ([`Error::Quarantine`] if free while the server is in its quarantine).
     pub async fn try_lock(&self, key: &str, opts: &LockOptions) -> Result<Guard, Error> {
         self.try_hold(key, opts, Share::Exclusive, None).await
+    }
+
+    /// Takes every one of `keys` at once, or none: [`Error::WouldBlock`]
+    /// if any of them is held by another owner (or has a client waiting),
+    /// and then nothing is held on any key. 1 to 64 distinct keys; in a
+    /// cluster they must share a hash slot.
+    pub async fn try_lock_keys<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        opts: &LockOptions,
+    ) -> Result<MultiGuard, Error> {
+        let req = self.keys_request(keys)?;
+        let (guard, fences) = self.try_request(&req, opts, None).await?;
+        Ok(MultiGuard::new(guard, req.keys, fences))
+    }
+
+    /// Takes every one of `keys` together, waiting up to the options' wait:
+    /// the server queues the request on every key at once and grants it
+    /// when all of them can be granted in the same step, never some of
+    /// them while it waits, so requests for the same keys in any order
+    /// never deadlock, and no later request takes any of its keys first.
+    /// One guard for all of them: one watchdog (one `LOCK.MRENEW` per
+    /// period), lost when any key is lost, released all together.
+    /// Cancelling it leaves nothing held on any key, as [`Client::lock`].
+    pub async fn lock_keys<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        opts: &LockOptions,
+    ) -> Result<MultiGuard, Error> {
+        let req = self.keys_request(keys)?;
+        let (guard, fences) = self.hold_request(&req, opts, None).await?;
+        Ok(MultiGuard::new(guard, req.keys, fences))
+    }
+
+    /// A request for several keys at once, checked before anything is
+    /// sent (the server would refuse the same, with less to say).
+    fn keys_request<K: AsRef<str>>(&self, keys: &[K]) -> Result<Request, Error> {
+        let keys: Vec<String> = keys.iter().map(|k| k.as_ref().to_string()).collect();
+        if keys.is_empty() || keys.len() > MAX_KEYS {
+            return Err(Error::InvalidOptions(
+                "a lock on several keys takes 1 to 64 keys",
+            ));
+        }
+        let mut sorted: Vec<&String> = keys.iter().collect();
+        sorted.sort();
+        if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
+            return Err(Error::InvalidOptions(
+                "a lock on several keys names each key once",
+            ));
+        }
+        let backend = Arc::new(Keys::new(self.inner.server.clone(), keys.clone()));
+        Ok(Request {
+            keys,
+            several: true,
+            share: Share::Exclusive,
+            ctx: self.context_on(backend),
+        })
+    }
+
+    /// A request for one key.
+    fn key_request(&self, key: &str, share: Share) -> Request {
+        Request {
+            keys: vec![key.to_string()],
+            several: false,
+            share,
+            ctx: self.context(),
+        }
     }
 
     /// Takes the lock, waiting for it up to the options' wait (the server
@@ -196,8 +271,9 @@ impl Client {
             }
         };
         let deadline = deadline(sent, opts.ttl());
+        let req = self.key_request(key, Share::Exclusive);
         Ok(self.guard(
-            key,
+            &req,
             owner.to_string(),
             fence,
             opts,
@@ -240,9 +316,22 @@ impl Client {
         share: Share,
         handle: Option<&RwLock>,
     ) -> Result<Guard, Error> {
+        let req = self.key_request(key, share);
+        let (guard, _) = self.try_request(&req, opts, handle).await?;
+        Ok(guard)
+    }
+
+    /// A try of any request: the guard and the fences, in key order.
+    async fn try_request(
+        &self,
+        req: &Request,
+        opts: &LockOptions,
+        handle: Option<&RwLock>,
+    ) -> Result<(Guard, Vec<u64>), Error> {
+        let key = req.key();
         let ttl_ms = opts.ttl_ms()?;
         let (owner, owned) = self.owner_for(handle);
-        let command = conn::acquire(key, &owner, ttl_ms, share, opts.is_ephemeral(), None);
+        let command = req.command(&owner, ttl_ms, opts.is_ephemeral(), None);
         // The hold of an ephemeral try is bound to the connection it is
         // granted on: one of its own, kept for the hold's life.
         let bound = match opts.is_ephemeral() {
@@ -254,20 +343,23 @@ impl Client {
         // gives back what the server may grant after all, on the shared
         // connection behind the acquire (an ephemeral hold's connection
         // closes instead, which ends it).
-        let mut pending = Pending::new(self.context(), key, &owner, owned.clone(), opts.ttl());
+        let mut pending = Pending::new(req.ctx.clone(), key, &owner, owned.clone(), opts.ttl());
         let sent = Instant::now();
         let (reply, bound) = match bound {
             Some((mut link, closed)) => {
-                let reply = link.query::<Option<u64>>(&command).await;
+                let reply = req.send(&mut link, &command).await;
                 (reply.map_err(Error::from_redis), Some((link, closed)))
             }
-            None => (self.inner.server.conn.query(&command).await, None),
+            None => (
+                req.send_shared(&self.inner.server.conn, &command).await,
+                None,
+            ),
         };
-        let fence = match reply {
-            Ok(Some(fence)) => fence,
+        let fences = match reply {
+            Ok(Some(fences)) => fences,
             Ok(None) => {
                 pending.disarm();
-                return Err(self.why_not_obtained(key).await);
+                return Err(self.why_not_obtained(&req.keys).await);
             }
             Err(err) => {
                 if !may_have_granted(&err) {
@@ -278,24 +370,27 @@ impl Client {
         };
         pending.disarm();
         let deadline = deadline(sent, opts.ttl());
-        let mut guard = self.guard(key, owner.clone(), fence, opts, ttl_ms, deadline, owned);
+        let fence = highest(&fences);
+        let mut guard = self.guard(req, owner.clone(), fence, opts, ttl_ms, deadline, owned);
         if let Some((link, closed)) = bound {
             guard.bind(link, closed);
         }
-        Ok(guard)
+        Ok((guard, fences))
     }
 
     /// Why a try was answered nil: another owner holds the lock
     /// ([`Error::WouldBlock`]), or it is free and the server is in its
     /// quarantine ([`Error::Quarantine`]). Anything unclear (a transport
     /// error, a cluster's per-node `INFO`) counts as held.
-    async fn why_not_obtained(&self, key: &str) -> Error {
+    async fn why_not_obtained(&self, keys: &[String]) -> Error {
         let conn = &self.inner.server.conn;
-        let info = conn
-            .query::<redis::Value>(redis::cmd("LOCK.INFO").arg(key))
-            .await;
-        if !matches!(info, Ok(redis::Value::Nil)) {
-            return Error::WouldBlock;
+        for key in keys {
+            let info = conn
+                .query::<redis::Value>(redis::cmd("LOCK.INFO").arg(key))
+                .await;
+            if !matches!(info, Ok(redis::Value::Nil)) {
+                return Error::WouldBlock;
+            }
         }
         match conn.query::<String>(redis::cmd("INFO").arg("lock")).await {
             Ok(stats) if quarantine_left(&stats) => Error::Quarantine,
@@ -314,6 +409,18 @@ impl Client {
         share: Share,
         handle: Option<&RwLock>,
     ) -> Result<Guard, Error> {
+        let req = self.key_request(key, share);
+        let (guard, _) = self.hold_request(&req, opts, handle).await?;
+        Ok(guard)
+    }
+
+    /// A wait of any request: the guard and the fences, in key order.
+    async fn hold_request(
+        &self,
+        req: &Request,
+        opts: &LockOptions,
+        handle: Option<&RwLock>,
+    ) -> Result<(Guard, Vec<u64>), Error> {
         let ttl_ms = opts.ttl_ms()?;
         opts.wait_ms()?;
         let (owner, owned) = self.owner_for(handle);
@@ -329,27 +436,25 @@ impl Client {
             }
             first = false;
             let round = Round {
-                key,
+                req,
                 opts,
-                share,
                 owner: &owner,
                 owned: &owned,
                 ttl_ms,
                 wait: left,
             };
-            if let Some(guard) = self.hold_once(round).await? {
-                return Ok(guard);
+            if let Some(held) = self.hold_once(round).await? {
+                return Ok(held);
             }
         }
     }
 
     /// One wait in the server's queue: the guard, or `None` when the grant
     /// was gone before its confirming renew.
-    async fn hold_once(&self, round: Round<'_>) -> Result<Option<Guard>, Error> {
+    async fn hold_once(&self, round: Round<'_>) -> Result<Option<(Guard, Vec<u64>)>, Error> {
         let Round {
-            key,
+            req,
             opts,
-            share,
             owner,
             owned,
             ttl_ms,
@@ -373,21 +478,15 @@ impl Client {
         // Armed until a guard holds the lock: dropping this future, giving
         // up on the server's answer, or failing to confirm a grant releases
         // what may have been granted.
-        let mut pending = Pending::new(self.context(), key, owner, owned.clone(), opts.ttl());
+        let key = req.key();
+        let mut pending = Pending::new(req.ctx.clone(), key, owner, owned.clone(), opts.ttl());
         let sent = Instant::now();
-        let command = conn::acquire(
-            key,
-            owner,
-            ttl_ms,
-            share,
-            opts.is_ephemeral(),
-            Some(wait_ms),
-        );
-        let reply = link.query::<Option<u64>>(&command).await;
+        let command = req.command(owner, ttl_ms, opts.is_ephemeral(), Some(wait_ms));
+        let reply = req.send(&mut link, &command).await;
         // A wait's link is done; an ephemeral hold's is kept for the hold.
         let bound = closed.map(|closed| (link, closed));
-        let fence = match reply {
-            Ok(Some(fence)) => fence,
+        let fences = match reply {
+            Ok(Some(fences)) => fences,
             Ok(None) => {
                 pending.disarm();
                 return Err(Error::TimedOut);
@@ -409,7 +508,7 @@ impl Client {
             // the guard exists: a watchdog started on the stale deadline
             // would declare the lock lost before the renew came back.
             let renewed = Instant::now();
-            match self.inner.server.renew(key, owner, ttl_ms).await {
+            match req.ctx.backend.renew(key, owner, ttl_ms).await {
                 Ok(()) => {}
                 Err(Error::NotOwner) => {
                     // Nothing of ours is there to release.
@@ -425,8 +524,9 @@ impl Client {
             deadline(sent, opts.ttl())
         };
         pending.disarm();
+        let fence = highest(&fences);
         let mut guard = self.guard(
-            key,
+            req,
             owner.to_string(),
             fence,
             opts,
@@ -437,7 +537,7 @@ impl Client {
         if let Some((link, closed)) = bound {
             guard.bind(link, closed);
         }
-        Ok(Some(guard))
+        Ok(Some((guard, fences)))
     }
 
     /// Runs `f` under the lock (taken with [`Client::lock`]) and releases it
@@ -460,7 +560,7 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     fn guard(
         &self,
-        key: &str,
+        req: &Request,
         owner: String,
         fence: u64,
         opts: &LockOptions,
@@ -469,8 +569,8 @@ impl Client {
         owned: Owned,
     ) -> Guard {
         Guard::start(
-            self.context(),
-            key.to_string(),
+            req.ctx.clone(),
+            req.key().to_string(),
             owner,
             fence,
             opts.ttl(),
@@ -490,8 +590,14 @@ impl Client {
 
     /// Where guards of this client live and run their background tasks.
     fn context(&self) -> Context {
+        self.context_on(self.inner.server.clone())
+    }
+
+    /// The same, with renewals and releases going to `backend` (the keys
+    /// of a hold on several).
+    fn context_on(&self, backend: Arc<dyn Backend>) -> Context {
         Context {
-            backend: self.inner.server.clone(),
+            backend,
             tasks: self.inner.tasks.clone(),
             runtime: tokio::runtime::Handle::current(),
         }
@@ -558,11 +664,66 @@ fn may_have_granted(err: &Error) -> bool {
     }
 }
 
-/// One round of [`Client::hold`].
-struct Round<'a> {
-    key: &'a str,
-    opts: &'a LockOptions,
+/// The most keys one `LOCK.MACQUIRE` names (the server's bound).
+const MAX_KEYS: usize = 64;
+
+/// What one lock call asks the server for: one key (`LOCK.ACQUIRE`) or
+/// several at once (`LOCK.MACQUIRE`), in which share, and where its
+/// guard's renewals and releases go (the key, or all the keys together).
+struct Request {
+    /// Never empty.
+    keys: Vec<String>,
+    several: bool,
     share: Share,
+    ctx: Context,
+}
+
+impl Request {
+    /// The key a guard is named by: the first.
+    fn key(&self) -> &str {
+        self.keys.first().map_or("", String::as_str)
+    }
+
+    fn command(&self, owner: &str, ttl_ms: u64, ephemeral: bool, wait_ms: Option<u64>) -> Cmd {
+        if self.several {
+            conn::macquire(&self.keys, owner, ttl_ms, self.share, ephemeral, wait_ms)
+        } else {
+            conn::acquire(self.key(), owner, ttl_ms, self.share, ephemeral, wait_ms)
+        }
+    }
+
+    /// Sends the acquire on `link`: the fences in key order, or `None`
+    /// (not granted).
+    async fn send(&self, link: &mut Link, command: &Cmd) -> redis::RedisResult<Option<Vec<u64>>> {
+        if self.several {
+            link.query(command).await
+        } else {
+            let fence: Option<u64> = link.query(command).await?;
+            Ok(fence.map(|fence| vec![fence]))
+        }
+    }
+
+    /// [`Request::send`] on the shared connection.
+    async fn send_shared(&self, conn: &Conn, command: &Cmd) -> Result<Option<Vec<u64>>, Error> {
+        if self.several {
+            conn.query(command).await
+        } else {
+            let fence: Option<u64> = conn.query(command).await?;
+            Ok(fence.map(|fence| vec![fence]))
+        }
+    }
+}
+
+/// A guard's own fence: the highest of its keys' (every one issued by the
+/// same server, so above every fence issued before the grant).
+fn highest(fences: &[u64]) -> u64 {
+    fences.iter().copied().max().unwrap_or(0)
+}
+
+/// One round of [`Client::hold_request`].
+struct Round<'a> {
+    req: &'a Request,
+    opts: &'a LockOptions,
     owner: &'a str,
     owned: &'a Owned,
     ttl_ms: u64,
@@ -597,14 +758,45 @@ impl Semaphore {
     /// Takes a permit, waiting up to the options' wait in the server's queue
     /// (first come, first served); [`Error::TimedOut`] if none came.
     pub async fn acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
-        let share = Share::Permit(self.limit);
-        self.client.hold(&self.key, opts, share, None).await
+        self.acquire_permits(1, opts).await
     }
 
     /// Takes a permit at once, or [`Error::WouldBlock`].
     pub async fn try_acquire(&self, opts: &LockOptions) -> Result<Guard, Error> {
-        let share = Share::Permit(self.limit);
+        self.try_acquire_permits(1, opts).await
+    }
+
+    /// Takes `permits` of the semaphore's permits (1 to its limit) as one
+    /// hold: one guard, one fence, one lease, released together. Waits in
+    /// the server's queue, first come first served: a request for more
+    /// permits than are free waits at the head of the queue, and smaller
+    /// requests behind it wait behind it (a big request is never starved).
+    pub async fn acquire_permits(&self, permits: u32, opts: &LockOptions) -> Result<Guard, Error> {
+        let share = self.share(permits)?;
+        self.client.hold(&self.key, opts, share, None).await
+    }
+
+    /// [`Semaphore::acquire_permits`] at once, or [`Error::WouldBlock`]
+    /// (too few permits free, or a request waiting ahead).
+    pub async fn try_acquire_permits(
+        &self,
+        permits: u32,
+        opts: &LockOptions,
+    ) -> Result<Guard, Error> {
+        let share = self.share(permits)?;
         self.client.try_hold(&self.key, opts, share, None).await
+    }
+
+    fn share(&self, permits: u32) -> Result<Share, Error> {
+        if !(1..=self.limit).contains(&permits) {
+            return Err(Error::InvalidOptions(
+                "a semaphore's request takes 1 to its limit of permits",
+            ));
+        }
+        Ok(Share::Permit {
+            limit: self.limit,
+            permits,
+        })
     }
 
     pub fn key(&self) -> &str {
@@ -619,7 +811,7 @@ impl Semaphore {
 /// A command on a hold the caller has: `WRONGTYPE` means the key was
 /// overwritten by another type (`SET` over it), so the hold is gone, as
 /// after `NOTOWNER`.
-fn on_hold<T>(reply: Result<T, Error>) -> Result<T, Error> {
+pub(crate) fn on_hold<T>(reply: Result<T, Error>) -> Result<T, Error> {
     match reply {
         Err(Error::Transport(err)) if err.code() == Some("WRONGTYPE") => Err(Error::NotOwner),
         other => other,

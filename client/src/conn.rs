@@ -282,8 +282,8 @@ pub(crate) enum Share {
     Exclusive,
     /// A shared hold without a limit: a read-write lock's read side.
     Read,
-    /// One of this many permits of a semaphore.
-    Permit(u32),
+    /// Permits of a semaphore: this many of its `limit`, as one hold.
+    Permit { limit: u32, permits: u32 },
 }
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
@@ -297,13 +297,40 @@ pub(crate) fn acquire(
 ) -> Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(ttl_ms);
+    options(&mut cmd, share, ephemeral, wait_ms);
+    cmd
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [SHARED [LIMIT n [PERMITS k]]]
+/// [EPHEMERAL] [WAIT timeout-ms]`: every key or none, in one step.
+pub(crate) fn macquire(
+    keys: &[String],
+    owner: &str,
+    ttl_ms: u64,
+    share: Share,
+    ephemeral: bool,
+    wait_ms: Option<u64>,
+) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(keys.len()).arg(keys).arg(owner).arg(ttl_ms);
+    options(&mut cmd, share, ephemeral, wait_ms);
+    cmd
+}
+
+/// The options `LOCK.ACQUIRE` and `LOCK.MACQUIRE` share, after the ttl.
+fn options(cmd: &mut Cmd, share: Share, ephemeral: bool, wait_ms: Option<u64>) {
     match share {
         Share::Exclusive => {}
         Share::Read => {
             cmd.arg("SHARED");
         }
-        Share::Permit(limit) => {
+        Share::Permit { limit, permits } => {
             cmd.arg("SHARED").arg("LIMIT").arg(limit);
+            // One permit is the server's default: servers that predate
+            // `PERMITS` keep serving single permits.
+            if permits != 1 {
+                cmd.arg("PERMITS").arg(permits);
+            }
         }
     }
     if ephemeral {
@@ -311,6 +338,22 @@ pub(crate) fn acquire(
     }
     if let Some(wait) = wait_ms {
         cmd.arg("WAIT").arg(wait);
+    }
+}
+
+/// `LOCK.MRENEW numkeys key [key ...] owner ttl-ms`: all or none.
+pub(crate) fn mrenew(keys: &[String], owner: &str, ttl_ms: u64) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.MRENEW");
+    cmd.arg(keys.len()).arg(keys).arg(owner).arg(ttl_ms);
+    cmd
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] owner [ALL]`: all or none.
+pub(crate) fn mrelease(keys: &[String], owner: &str, all: bool) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.MRELEASE");
+    cmd.arg(keys.len()).arg(keys).arg(owner);
+    if all {
+        cmd.arg("ALL");
     }
     cmd
 }

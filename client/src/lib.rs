@@ -22,6 +22,7 @@
 //! | `client.rs` | [`Client`]: one server or a Redis Cluster (async); read-write locks and [`Semaphore`] |
 //! | `redlock.rs` | [`Redlock`]: N independent servers, majority, fence round |
 //! | `guard.rs` | [`Guard`], its lease deadline, [`LossSignal`], the watchdog |
+//! | `multi.rs` | [`MultiGuard`]: several keys held at once, renewed and released together |
 //! | `blocking.rs` | [`blocking`]: the same API without async |
 //! | `options.rs` | [`LockOptions`], drift and renew timing |
 //! | `conn.rs` | connections (shared, reopened; one of its own per wait) |
@@ -36,12 +37,14 @@ mod client;
 mod conn;
 mod error;
 mod guard;
+mod multi;
 mod options;
 mod redlock;
 
 pub use client::{Client, RwLock, Semaphore};
 pub use error::{Error, LossReason};
 pub use guard::{Guard, LossSignal};
+pub use multi::MultiGuard;
 pub use options::{drift, LockOptions};
 pub use redlock::{Redlock, RedlockOptions};
 pub use tokio_util::sync::CancellationToken;

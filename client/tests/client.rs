@@ -22,6 +22,9 @@ mod redlock;
 /// new one after a failover.
 #[path = "client/sentinel.rs"]
 mod sentinel;
+/// Several at once: locks on several keys, and several permits as one hold.
+#[path = "client/several.rs"]
+mod several;
 /// Shared holds: read-write locks and semaphores, async and blocking.
 #[path = "client/shared.rs"]
 mod shared;

@@ -307,7 +307,8 @@ function object(client: LockClient, args: Args, kind: string): ReadWriteLock | S
 
 async function acquire(args: Args): Promise<string> {
   const h = args.need("h");
-  const key = args.need("key");
+  const keys = args.get("keys")?.split(",");
+  const key = keys?.[0] ?? args.need("key");
   const kind = args.get("kind") ?? "lock";
   const waits = args.get("wait") !== undefined;
   const where = connected();
@@ -315,7 +316,12 @@ async function acquire(args: Args): Promise<string> {
   try {
     const opts = options(args, cancel.signal);
     let lock: Lock;
-    if (where.kind === "redlock") {
+    if (keys !== undefined) {
+      if (where.kind !== "one" || kind !== "lock") {
+        throw new Fail("unsupported", "several keys at once: exclusive locks on one server");
+      }
+      lock = waits ? await where.client.lockKeys(keys, opts) : await where.client.tryLockKeys(keys, opts);
+    } else if (where.kind === "redlock") {
       if (kind !== "lock") {
         throw new Fail("unsupported", "Redlock has exclusive locks only");
       }
@@ -325,7 +331,8 @@ async function acquire(args: Args): Promise<string> {
     } else if (kind === "read" || kind === "write" || kind === "permit") {
       const obj = object(where.client, args, kind);
       if (obj instanceof Semaphore) {
-        lock = waits ? await obj.acquire(opts) : await obj.tryAcquire(opts);
+        const permits = args.ms("permits") ?? 1;
+        lock = waits ? await obj.acquirePermits(permits, opts) : await obj.tryAcquirePermits(permits, opts);
       } else if (kind === "read") {
         lock = waits ? await obj.readLock(opts) : await obj.tryReadLock(opts);
       } else {
@@ -351,7 +358,9 @@ function keep(h: string, lock: Lock): string {
   } else {
     lock.lost.addEventListener("abort", report, { once: true });
   }
-  return `fence=${lock.fence} owner=${lock.owner}`;
+  // A lock on several keys: the first key's fence, and every key's.
+  const fences = lock.fences.length > 1 ? ` fences=${lock.fences.join(",")}` : "";
+  return `fence=${lock.fences[0]}${fences} owner=${lock.owner}`;
 }
 
 function hold(args: Args): Hold {
@@ -430,7 +439,7 @@ async function run(verb: string, args: Args): Promise<string> {
     case "status": {
       const { lock } = hold(args);
       const reason = (lock.lost.reason as LockLostError | undefined)?.reason ?? "-";
-      return `held=${lock.isHeld ? 1 : 0} lost=${lock.isLost ? 1 : 0} reason=${reason} fence=${lock.fence}`;
+      return `held=${lock.isHeld ? 1 : 0} lost=${lock.isLost ? 1 : 0} reason=${reason} fence=${lock.fences[0]}`;
     }
     case "leaks":
       return `running=${backgroundTasks()}`;

@@ -46,6 +46,18 @@ const WAIT_MARGIN_MS = 2_000;
 const MAX_REDIRECTS = 5;
 /** How long the undoing of a cancelled wait waits for its release on the wait's connection. */
 const UNDO_MS = 2_000;
+/** The most keys one `LOCK.MACQUIRE` names (the server's bound). */
+const MAX_KEYS = 64;
+
+/** A grant's fences: `LOCK.ACQUIRE`'s one, or `LOCK.MACQUIRE`'s array in key order. */
+function fencesOf(reply: Reply): bigint[] {
+  return Array.isArray(reply) ? reply.map(toBigInt) : [toBigInt(reply)];
+}
+
+/** A release's holds left: `LOCK.RELEASE`'s count, or `LOCK.MRELEASE`'s array (one step, so all alike). */
+function leftOf(reply: Reply): number {
+  return Array.isArray(reply) ? Math.max(0, ...reply.map(toCount)) : toCount(reply);
+}
 
 /** What `LockClient.resume` needs: the hold's owner token, a lease, and optionally its fence. */
 export interface ResumeOptions {
@@ -111,6 +123,8 @@ export interface HolderInfo {
   ttl: number;
   /** ms since this hold began (null where the server does not say). */
   held: number | null;
+  /** The semaphore permits this hold takes (1 where the server does not say). */
+  permits: number;
 }
 
 /**
@@ -185,6 +199,52 @@ export class LockClient {
     return this.hold(name, options, SHARED);
   }
 
+  /**
+   * Takes every one of `keys` together, all or none (1 to 64 distinct keys;
+   * in a cluster, of one hash slot), waiting up to `wait` ms: the server
+   * queues the request on every key at once and grants it when all of them
+   * can be granted in the same step, never some while it waits, so locks
+   * on the same keys in any order never deadlock, and no later request
+   * takes any of its keys first. One `Lock` for all of them (`keys`,
+   * `fences`): one watchdog renews every key with one `LOCK.MRENEW`, a loss
+   * of any key is a loss of the lock, and `release()` gives every key back
+   * (`LOCK.MRELEASE`). Aborting leaves nothing held on any key.
+   */
+  async lockKeys(keys: readonly string[], options?: LockOptions): Promise<Lock> {
+    return this.#holdKeys(keys, options);
+  }
+
+  /** `lockKeys` at once: `WouldBlockError` if any key is held by another owner (nothing is held then). */
+  async tryLockKeys(keys: readonly string[], options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    return this.#holdKeys(keys, { ...options, wait: 0 });
+  }
+
+  /**
+   * Runs `fn` under a lock on every one of `keys` (`lockKeys`) and releases
+   * them afterwards, as `using` does for one key.
+   */
+  async usingKeys<T>(
+    keys: readonly string[],
+    options: LockOptions | undefined,
+    fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
+  ): Promise<T> {
+    return usingLock(() => this.lockKeys(keys, options), fn);
+  }
+
+  async #holdKeys(keys: readonly string[], options: LockOptions | undefined): Promise<Lock> {
+    if (!Array.isArray(keys) || keys.length < 1 || keys.length > MAX_KEYS) {
+      throw new InvalidOptionsError(`a lock on several keys takes 1 to ${MAX_KEYS} keys`);
+    }
+    for (const key of keys) {
+      checkName(key);
+    }
+    if (new Set(keys).size !== keys.length) {
+      throw new InvalidOptionsError("a lock on several keys names each key once");
+    }
+    const list: readonly string[] = [...keys];
+    return this.#acquire(list[0] as string, { ...check(options), keys: list }, undefined);
+  }
+
   /** The read side at once, or `WouldBlockError`. */
   async tryReadLock(name: string, options?: Omit<LockOptions, "wait">): Promise<Lock> {
     return this.hold(name, { ...options, wait: 0 }, SHARED);
@@ -252,7 +312,11 @@ export class LockClient {
    */
   async hold(name: string, options?: LockOptions, kind?: HoldKind, owner?: SharedOwner): Promise<Lock> {
     checkName(name);
-    const opts = check(options, kind);
+    return this.#acquire(name, check(options, kind), owner);
+  }
+
+  /** Every acquire, of one key (`name`) or of several (`opts.keys`, routed by the first). */
+  async #acquire(name: string, opts: Checked, owner: SharedOwner | undefined): Promise<Lock> {
     const token = owner?.token ?? this.#owners.next();
     if (opts.ephemeral) {
       // Bound to the connection it is granted on: one of its own, kept.
@@ -262,7 +326,7 @@ export class LockClient {
       try {
         return await this.#onShared(name, token, opts, owner);
       } catch (err) {
-        throw err instanceof WouldBlockError ? await this.#notObtained(name) : err;
+        throw err instanceof WouldBlockError ? await this.#notObtained(name, opts) : err;
       }
     }
     // A free lock nobody waits for is granted at once on the shared
@@ -317,7 +381,7 @@ export class LockClient {
       ? listed.map((entry) => holderInfo(infoFields(entry)))
       : owner === null
         ? []
-        : [{ owner, count, fence, ttl, held: null }];
+        : [{ owner, count, fence, ttl, held: null, permits: 1 }];
     return {
       owner,
       count,
@@ -351,13 +415,13 @@ export class LockClient {
     const attempt = this.#call(name, cmd.acquire(name, owner, opts));
     const reply = opts.signal === undefined ? await attempt : await abortable(attempt, opts.signal);
     if (reply === ABORTED) {
-      this.#undo(name, owner, attempt, shared, null);
+      this.#undo(name, owner, attempt, shared, null, opts);
       throw new LockAbortedError({ cause: opts.signal?.reason });
     }
     if (reply === null) {
       throw new WouldBlockError();
     }
-    return this.#start(name, owner, toBigInt(reply), opts, sent, undefined, shared);
+    return this.#start(name, owner, fencesOf(reply), opts, sent, undefined, shared);
   }
 
   /**
@@ -365,10 +429,12 @@ export class LockClient {
    * the server is in its quarantine, else `WouldBlockError` (also when the
    * question itself fails).
    */
-  async #notObtained(name: string): Promise<LockError> {
+  async #notObtained(name: string, opts: Checked): Promise<LockError> {
     try {
-      if ((await this.#call(name, cmd.info(name))) !== null) {
-        return new WouldBlockError();
+      for (const key of opts.keys ?? [name]) {
+        if ((await this.#call(name, cmd.info(key))) !== null) {
+          return new WouldBlockError();
+        }
       }
       const stats = String(await this.#call(name, ["INFO", "lock"]));
       const left = /^lock_quarantine_ms:(\d+)/m.exec(stats);
@@ -388,15 +454,15 @@ export class LockClient {
   async #onOwnLink(name: string, owner: string, opts: Checked, shared: SharedOwner | undefined): Promise<Lock> {
     const waitEnd = opts.wait === null ? null : performance.now() + opts.wait;
     for (;;) {
-      const { fence, sent, link } = await this.#waitOnce(name, owner, opts, waitEnd, shared);
+      const { fences, sent, link } = await this.#waitOnce(name, owner, opts, waitEnd, shared);
       if (performance.now() - sent <= opts.ttl / 3) {
-        return this.#start(name, owner, fence, opts, sent, link, shared);
+        return this.#start(name, owner, fences, opts, sent, link, shared);
       }
       // The lease runs `ttl` from the grant, which the client cannot see;
       // after a long wait the send time says little of it. A renew pins it
       // from its own send time, before the watchdog starts on it.
       const renewed = performance.now();
-      const confirm = this.#backend.renew(name, owner, opts.ttl);
+      const confirm = this.#backendFor(opts).renew(name, owner, opts.ttl);
       const outcome = await abortable(
         confirm.then(
           () => null,
@@ -405,17 +471,17 @@ export class LockClient {
         opts.signal,
       );
       if (outcome === null) {
-        return this.#start(name, owner, fence, opts, renewed, link, shared);
+        return this.#start(name, owner, fences, opts, renewed, link, shared);
       }
       link?.close();
       if (outcome === ABORTED) {
         // Queued on the shared connection behind the renew: the hold goes
         // whether the renew lands or not.
-        this.#releaseLater(name, owner, shared);
+        this.#releaseLater(name, owner, shared, opts);
         throw new LockAbortedError({ cause: opts.signal?.reason });
       }
       if (!isGone(outcome.err)) {
-        this.#releaseLater(name, owner, shared);
+        this.#releaseLater(name, owner, shared, opts);
         throw outcome.err;
       }
       if (opts.wait === 0 || (waitEnd !== null && performance.now() >= waitEnd)) {
@@ -431,7 +497,7 @@ export class LockClient {
     opts: Checked,
     waitEnd: number | null,
     shared: SharedOwner | undefined,
-  ): Promise<{ fence: bigint; sent: number; link: Link | undefined }> {
+  ): Promise<{ fences: bigint[]; sent: number; link: Link | undefined }> {
     const signal = opts.signal;
     if (signal?.aborted) {
       throw new LockAbortedError({ cause: signal.reason });
@@ -505,10 +571,10 @@ export class LockClient {
     const used = link as Link | null;
     switch (outcome.kind) {
       case "aborted":
-        this.#undo(name, owner, attempt, shared, used);
+        this.#undo(name, owner, attempt, shared, used, opts);
         throw new LockAbortedError({ cause: signal?.reason });
       case "late":
-        this.#undo(name, owner, attempt, shared, used);
+        this.#undo(name, owner, attempt, shared, used, opts);
         throw new LockTimeoutError("the server did not answer the wait in time");
       case "error": {
         // A connection that failed mid-wait may have been granted the lock
@@ -516,7 +582,7 @@ export class LockClient {
         used?.close();
         const error = classify(outcome.error);
         if (!(error instanceof UpgradeError || error instanceof LimitMismatchError)) {
-          this.#releaseLater(name, owner, shared);
+          this.#releaseLater(name, owner, shared, opts);
         }
         if (outcome.error instanceof LockAbortedError) {
           throw new LockAbortedError({ cause: signal?.reason });
@@ -533,15 +599,15 @@ export class LockClient {
       used?.recycle();
     }
     if (!granted) {
-      throw opts.wait === 0 ? await this.#notObtained(name) : new LockTimeoutError();
+      throw opts.wait === 0 ? await this.#notObtained(name, opts) : new LockTimeoutError();
     }
-    return { fence: toBigInt(outcome.reply), sent, link: opts.ephemeral ? (used ?? undefined) : undefined };
+    return { fences: fencesOf(outcome.reply), sent, link: opts.ephemeral ? (used ?? undefined) : undefined };
   }
 
   #start(
     name: string,
     owner: string,
-    fence: bigint,
+    fences: bigint[],
     opts: Checked,
     sent: number,
     bound: Link | undefined,
@@ -549,10 +615,12 @@ export class LockClient {
   ): Lock {
     return new Lock({
       bound,
-      backend: bound === undefined ? this.#backend : this.#boundBackend(bound),
+      backend: bound === undefined ? this.#backendFor(opts) : this.#boundBackend(bound, opts),
       key: name,
       owner,
-      fence,
+      fence: fences.reduce((a, b) => (b > a ? b : a)),
+      keys: opts.keys,
+      fences,
       ttl: opts.ttl,
       sent,
       watchdog: opts.watchdog,
@@ -560,14 +628,39 @@ export class LockClient {
     });
   }
 
-  /** An ephemeral hold's: renewed on the shared connection, released over its own. */
-  #boundBackend(link: Link): Backend {
+  /**
+   * Where a lock's renewals and releases go: its key, or for a lock on
+   * several keys all of them at once (`LOCK.MRENEW`, `LOCK.MRELEASE`, all
+   * or none: a renewal refused because any one key is gone loses the lock).
+   */
+  #backendFor(opts: Checked): Backend {
+    const keys = opts.keys;
+    if (keys === undefined) {
+      return this.#backend;
+    }
+    const call = (key: string, args: string[]) => this.#call(key, args);
     return {
-      renew: this.#backend.renew,
-      reenter: this.#backend.reenter,
+      async renew(key, owner, ttl) {
+        await call(key, cmd.mrenew(keys, owner, ttl));
+      },
+      reenter() {
+        return Promise.reject(new InvalidOptionsError("a lock on several keys is not reentered: take another"));
+      },
+      async release(key, owner, all) {
+        return leftOf(await call(key, cmd.mrelease(keys, owner, all)));
+      },
+    };
+  }
+
+  /** An ephemeral hold's: renewed on the shared connection, released over its own. */
+  #boundBackend(link: Link, opts: Checked): Backend {
+    const backend = this.#backendFor(opts);
+    return {
+      renew: backend.renew,
+      reenter: backend.reenter,
       async release(name, owner, all) {
         try {
-          return toCount(await link.call(cmd.release(name, owner, all)));
+          return leftOf(await link.call(cmd.releaseOf(name, owner, all, opts.keys)));
         } catch (err) {
           throw classify(err);
         }
@@ -585,8 +678,16 @@ export class LockClient {
    * still grant to). A shared owner's other holds stay: only a grant seen
    * in the reply is released, once.
    */
-  #undo(name: string, owner: string, attempt: Promise<Reply>, shared: SharedOwner | undefined, link: Link | null): void {
+  #undo(
+    name: string,
+    owner: string,
+    attempt: Promise<Reply>,
+    shared: SharedOwner | undefined,
+    link: Link | null,
+    opts: Checked,
+  ): void {
     const exclusive = shared === undefined || shared.live === 0;
+    const releaseAll = cmd.releaseOf(name, owner, true, opts.keys);
     inBackground(async () => {
       let unblocked = false;
       try {
@@ -594,14 +695,14 @@ export class LockClient {
           if (exclusive) {
             // On the shared connection, after the acquire: it undoes a grant
             // whose reply had not come back yet.
-            await this.#call(name, cmd.release(name, owner, true)).catch(() => undefined);
+            await this.#call(name, releaseAll).catch(() => undefined);
           } else if (typeof (await attempt.catch(() => null)) === "string") {
             await this.#call(name, cmd.release(name, owner, false)).catch(() => undefined);
           }
           return;
         }
         const release = exclusive
-          ? link.call(cmd.release(name, owner, true))
+          ? link.call(releaseAll)
           : attempt.then((reply) => (typeof reply === "string" ? (link as Link).call(cmd.release(name, owner, false)) : null));
         // Answered, even NOTOWNER (nothing was granted): the link has done its part.
         const answered = release.then(
@@ -626,7 +727,7 @@ export class LockClient {
         const done = await Promise.race([answered, pause(Math.max(0, end - performance.now())).then(() => false)]);
         link.close();
         if (!done && exclusive) {
-          await this.#call(name, cmd.release(name, owner, true)).catch(() => undefined);
+          await this.#call(name, releaseAll).catch(() => undefined);
         }
       } finally {
         unblocked = true;
@@ -635,13 +736,13 @@ export class LockClient {
   }
 
   /** Best effort, in the background: if it fails, the lease ends by itself. */
-  #releaseLater(name: string, owner: string, shared: SharedOwner | undefined): void {
+  #releaseLater(name: string, owner: string, shared: SharedOwner | undefined, opts: Checked): void {
     if (shared !== undefined && shared.live > 0) {
       // The other side's hold is this owner's too; only the lease can end a
       // grant nobody saw.
       return;
     }
-    inBackground(() => this.#backend.release(name, owner, true));
+    inBackground(() => this.#backendFor(opts).release(name, owner, true));
   }
 }
 
@@ -724,6 +825,30 @@ export class Semaphore {
     return this.#client.hold(this.name, { ...options, wait: 0 }, this.#kind);
   }
 
+  /**
+   * Takes `permits` of the semaphore's permits (1 to its limit) as one hold:
+   * one `Lock`, one fence, one lease, one release. Waits in the server's
+   * queue, first come first served: a request for more permits than are
+   * free waits at the head, and smaller requests behind it wait behind it
+   * (a big request is never starved by small ones).
+   */
+  acquirePermits(permits: number, options?: LockOptions): Promise<Lock> {
+    return this.#client.hold(this.name, options, this.#several(permits));
+  }
+
+  /** `acquirePermits` at once: `WouldBlockError` if too few are free or someone waits ahead. */
+  tryAcquirePermits(permits: number, options?: Omit<LockOptions, "wait">): Promise<Lock> {
+    return this.#client.hold(this.name, { ...options, wait: 0 }, this.#several(permits));
+  }
+
+  #several(permits: number): HoldKind {
+    const limit = this.limit;
+    if (typeof permits !== "number" || !Number.isInteger(permits) || permits < 1 || permits > limit) {
+      throw new InvalidOptionsError(`a semaphore's request takes 1 to its limit (${limit}) of permits, not ${String(permits)}`);
+    }
+    return { kind: "permit", limit, permits };
+  }
+
   /** Runs `fn` holding a permit, as `LockClient.using` does with a lock. */
   using<T>(
     options: LockOptions | undefined,
@@ -763,6 +888,7 @@ function holderInfo(fields: Map<string, Reply> | null): HolderInfo {
     fence: toBigInt(field("fence")),
     ttl: toCount(field("ttl")),
     held: field("held") === null ? null : toCount(field("held")),
+    permits: field("permits") === null ? 1 : toCount(field("permits")),
   };
 }
 

@@ -11,15 +11,28 @@ export interface AcquireRequest {
   readonly ttl: number;
   readonly hold: HoldKind;
   readonly ephemeral: boolean;
+  /** Several keys at once (`LOCK.MACQUIRE`), all or none; absent: `key` alone. */
+  readonly keys?: readonly string[];
 }
 
-/** `LOCK.ACQUIRE`; `waitMs` adds `WAIT` (0: no time limit), absent: a single attempt. */
+/**
+ * `LOCK.ACQUIRE`, or `LOCK.MACQUIRE` for several keys; `waitMs` adds `WAIT`
+ * (0: no time limit), absent: a single attempt.
+ */
 export function acquire(key: string, owner: string, req: AcquireRequest, waitMs?: number): string[] {
-  const args = ["LOCK.ACQUIRE", key, owner, String(req.ttl)];
+  const args =
+    req.keys === undefined
+      ? ["LOCK.ACQUIRE", key, owner, String(req.ttl)]
+      : ["LOCK.MACQUIRE", String(req.keys.length), ...req.keys, owner, String(req.ttl)];
   if (req.hold.kind === "shared") {
     args.push("SHARED");
   } else if (req.hold.kind === "permit") {
     args.push("SHARED", "LIMIT", String(req.hold.limit));
+    // One permit is the server's default: servers that predate PERMITS
+    // keep serving single permits.
+    if (req.hold.permits !== undefined && req.hold.permits !== 1) {
+      args.push("PERMITS", String(req.hold.permits));
+    }
   }
   if (req.ephemeral) {
     args.push("EPHEMERAL");
@@ -40,6 +53,22 @@ export function reenter(key: string, owner: string, ttl: number): string[] {
 
 export function release(key: string, owner: string, all: boolean): string[] {
   return all ? ["LOCK.RELEASE", key, owner, "ALL"] : ["LOCK.RELEASE", key, owner];
+}
+
+/** `LOCK.MRENEW`: every key or none. */
+export function mrenew(keys: readonly string[], owner: string, ttl: number): string[] {
+  return ["LOCK.MRENEW", String(keys.length), ...keys, owner, String(ttl)];
+}
+
+/** `LOCK.MRELEASE [ALL]`: every key or none. */
+export function mrelease(keys: readonly string[], owner: string, all: boolean): string[] {
+  const args = ["LOCK.MRELEASE", String(keys.length), ...keys, owner];
+  return all ? [...args, "ALL"] : args;
+}
+
+/** The release of `key`, or of every key of a hold on several. */
+export function releaseOf(key: string, owner: string, all: boolean, keys: readonly string[] | undefined): string[] {
+  return keys === undefined ? release(key, owner, all) : mrelease(keys, owner, all);
 }
 
 export function fence(key: string, owner: string, minFence: bigint): string[] {

@@ -38,6 +38,9 @@ export interface Grant {
   key: string;
   owner: string;
   fence: bigint;
+  /** A hold on several keys at once: every key, and its fence, in order. */
+  keys?: readonly string[];
+  fences?: readonly bigint[];
   ttl: number;
   /** When the confirmed acquire or renew the deadline counts from was sent (`performance.now()` ms). */
   sent: number;
@@ -73,6 +76,14 @@ export class Lock {
    * store that remembers the highest fence it accepted refuses lower ones.
    */
   readonly fence: bigint;
+  /**
+   * The keys this lock holds: `[name]`, or for a lock on several keys
+   * (`LockClient.lockKeys`) every key, in the order asked for. One lease
+   * and one watchdog for all of them; lost when any one is lost.
+   */
+  readonly keys: readonly string[];
+  /** One fence per key of `keys`, in order (`fence` is the highest). */
+  readonly fences: readonly bigint[];
   readonly #backend: Backend;
   readonly #loss = new AbortController();
   #ttl: number;
@@ -91,6 +102,8 @@ export class Lock {
     this.name = grant.key;
     this.owner = grant.owner;
     this.fence = grant.fence;
+    this.keys = grant.keys ?? [grant.key];
+    this.fences = grant.fences ?? [grant.fence];
     this.#ttl = grant.ttl;
     this.#sent = grant.sent;
     this.#deadline = deadline(grant.sent, grant.ttl);

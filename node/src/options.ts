@@ -44,7 +44,7 @@ export interface LockOptions {
 export type HoldKind =
   | { readonly kind: "exclusive" }
   | { readonly kind: "shared" }
-  | { readonly kind: "permit"; readonly limit: number };
+  | { readonly kind: "permit"; readonly limit: number; readonly permits?: number };
 
 export const EXCLUSIVE: HoldKind = { kind: "exclusive" };
 export const SHARED: HoldKind = { kind: "shared" };
@@ -71,6 +71,8 @@ export interface Checked {
   readonly signal: AbortSignal | undefined;
   readonly hold: HoldKind;
   readonly ephemeral: boolean;
+  /** Several keys taken at once (`LOCK.MACQUIRE`); absent: the one key named. */
+  readonly keys?: readonly string[];
 }
 
 const KNOWN = new Set(["ttl", "wait", "watchdog", "signal", "ephemeral"]);

@@ -260,7 +260,10 @@ class Driver:
     def lock_of(self, request: Request) -> tuple:
         """The object an ``acquire`` goes through: (lock-shaped object, shared)."""
         kind = request.get("kind", "lock")
-        key = request.need("key")
+        keys = request.get("keys")
+        if keys is not None and kind != "lock":
+            raise Unsupported("several keys at once: exclusive locks only")
+        key = request.need("key") if keys is None else keys
         name = request.get("obj")
         ttl = request.ms("ttl")
         if ttl is not None and ttl < 1:
@@ -304,6 +307,8 @@ class Driver:
             raise BadRequest("connect first")
         if ephemeral and self.refuses_ephemeral:
             raise Refused("ephemeral holds need a client that does not reconnect on its own")
+        if kind == "lock" and request.get("keys") is not None:
+            return self.api.MultiLock(self.client, key.split(","), thread_local=shared)
         if kind == "lock":
             return self.api.Lock(self.client, key, thread_local=shared)
         if kind in ("read", "write"):
@@ -339,6 +344,19 @@ class Driver:
         reason = hold.reason if lost else None
         fence = "-" if record.fence is None else record.fence
         return f"ok held={int(held)} lost={int(lost)} reason={reason or '-'} fence={fence}"
+
+
+def granted_fields(record: Record) -> str:
+    """An ``acquire``'s reply fields; a lock on several keys answers the
+    first key's fence and every key's (``fences=``)."""
+    hold = record.hold
+    fences = getattr(record.lock, "fences", None)
+    if fences is None:
+        record.fence = hold.fence
+        return f"fence={hold.fence} owner={hold.token.decode()}"
+    record.fence = fences[0]
+    joined = ",".join(str(fence) for fence in fences)
+    return f"fence={fences[0]} fences={joined} owner={hold.token.decode()}"
 
 
 def sentinel_address(url: str) -> tuple:
@@ -519,6 +537,7 @@ class Sync(Driver):
             raise BadRequest(f"h={handle} is taken")
         lock, shared = self.lock_of(request)
         blocking, blocking_timeout = split_wait(request)
+        permits = request.ms("permits") or 1
         thread = request.get("thread")
         private = not shared or isinstance(lock, redislock.Semaphore)
         # A shared object's owners are per thread: the calls about a hold
@@ -539,7 +558,9 @@ class Sync(Driver):
 
         def call() -> str:
             if isinstance(lock, redislock.Semaphore):
-                permit = lock.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
+                permit = lock.acquire(
+                    blocking=blocking, blocking_timeout=blocking_timeout, permits=permits
+                )
                 if permit is None:
                     raise refusal(lock, "no permit")
                 record.lock = permit
@@ -553,9 +574,8 @@ class Sync(Driver):
         """Note the hold just taken (in the thread that took it)."""
         hold = record.lock._hold()
         record.hold = hold
-        record.fence = hold.fence
         self.watch(record)
-        return f"fence={hold.fence} owner={hold.token.decode()}"
+        return granted_fields(record)
 
     def watch(self, record: Record) -> None:
         """Write ``! lost`` the moment the hold's signal is set."""
@@ -736,12 +756,15 @@ class Async(Driver):
             raise BadRequest(f"h={handle} is taken")
         lock, shared = self.lock_of(request)
         blocking, blocking_timeout = split_wait(request)
+        permits = request.ms("permits") or 1
         record = Record(handle, lock, None, private=not shared)
         self.records[handle] = record
 
         async def call() -> str:
             if isinstance(lock, redislock.asyncio.Semaphore):
-                permit = await lock.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
+                permit = await lock.acquire(
+                    blocking=blocking, blocking_timeout=blocking_timeout, permits=permits
+                )
                 if permit is None:
                     raise refusal(lock, "no permit")
                 record.lock = permit
@@ -754,7 +777,6 @@ class Async(Driver):
     def granted(self, record: Record) -> str:
         hold = record.lock._hold()
         record.hold = hold
-        record.fence = hold.fence
 
         async def watching() -> None:
             await hold.lost.wait()
@@ -764,7 +786,7 @@ class Async(Driver):
         self.tasks.add(watch)
         watch.add_done_callback(self.tasks.discard)
         record.watch = watch
-        return f"fence={hold.fence} owner={hold.token.decode()}"
+        return granted_fields(record)
 
     def resume(self, request: Request) -> None:
         handle = request.need("h")

@@ -8,14 +8,15 @@ same token reenters, and a daemon thread can renew the lease.
 ``from redislock.asyncio import Lock`` is the twin for ``redis.asyncio``.
 
 ``ReadWriteLock`` (``read_lock()``/``write_lock()``) and ``Semaphore``
-(whose ``acquire`` returns a ``Permit``) are shared holds on the same
-commands, in both packages.
+(whose ``acquire`` returns a ``Permit``, of one or ``permits=k`` permits)
+are shared holds on the same commands, in both packages; ``MultiLock``
+holds several keys at once, all or none.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._common import LockUpgradeError, ModuleNotLoadedError
-from .lock import Lock, Permit, ReadWriteLock, Semaphore
+from .lock import Lock, MultiLock, Permit, ReadWriteLock, Semaphore
 
 __all__ = [
     "Lock",
@@ -23,6 +24,7 @@ __all__ = [
     "LockNotOwnedError",
     "LockUpgradeError",
     "ModuleNotLoadedError",
+    "MultiLock",
     "Permit",
     "ReadWriteLock",
     "Semaphore",

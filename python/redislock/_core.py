@@ -291,7 +291,7 @@ def ticking(hold: Hold) -> Steps:
     sent = time.monotonic()
     lease = hold.lease
     try:
-        yield from lock._hold_call(hold, "LOCK.RENEW", lock.name, hold.token, seconds_to_ms(lease))
+        yield from lock._hold_call(hold, *lock._renew_args(hold.token, seconds_to_ms(lease)))
     except ResponseError as e:
         if hold_is_gone(e):
             hold.lose(NOT_OWNER, f"the server refused a renewal ({str(e).split()[0]})")
@@ -435,6 +435,31 @@ class LockCore:
 
     def _encode(self, value: Any) -> bytes:
         return self.redis.get_encoder().encode(value)
+
+    # -- the commands, by the keys they name (``MultiLock`` names several) ------
+
+    def _keys(self) -> tuple:
+        """The keys this lock holds, in order."""
+        return (self.name,)
+
+    def _acquire_args(self, token: bytes, wait: Optional[int]) -> tuple:
+        return acquire_args(
+            self.name, token, seconds_to_ms(self.lease), wait, self._mode, self.ephemeral
+        )
+
+    def _renew_args(self, token: bytes, ttl_ms: int) -> tuple:
+        return ("LOCK.RENEW", self.name, token, ttl_ms)
+
+    def _release_args(self, token: bytes, *everything: str) -> tuple:
+        return ("LOCK.RELEASE", self.name, token, *everything)
+
+    def _granted(self, reply: Any) -> int:
+        """The hold's fence, from a grant's reply."""
+        return int(reply)
+
+    def _left(self, reply: Any) -> int:
+        """The holds left, from a release's reply."""
+        return int(reply)
 
     def _error(self, cls: Type[LockError], message: str, named: bool = False) -> LockError:
         return cls(message, lock_name=self.name if named or self._names_errors else None)
@@ -613,7 +638,7 @@ class LockCore:
                 current.count += 1
                 current.confirmed(sent, self.lease, self.lease)
                 return True
-            yield from self._adopt(token, int(fence), sent, binding)
+            yield from self._adopt(token, self._granted(fence), sent, binding)
             return True
 
     def _refused(self, reason: str) -> bool:
@@ -626,8 +651,9 @@ class LockCore:
         free and the server is in its quarantine, else ``held`` (also when
         the question itself fails)."""
         try:
-            if (yield from self._call("LOCK.INFO", self.name)) is not None:
-                return HELD
+            for key in self._keys():
+                if (yield from self._call("LOCK.INFO", key)) is not None:
+                    return HELD
             stats = yield from self._call("INFO", "lock")
         except (ResponseError, ConnectionError, TimeoutError, OSError):
             return HELD
@@ -641,9 +667,7 @@ class LockCore:
         nothing; any other failure (a timeout, a lost connection, Ctrl-C, a
         cancel) may have crossed a grant, so that is released before the
         failure goes on."""
-        args = acquire_args(
-            self.name, token, seconds_to_ms(self.lease), wait, self._mode, self.ephemeral
-        )
+        args = self._acquire_args(token, wait)
         try:
             return (yield from self._sending_acquire(args, wait))
         except (ResponseError, GeneratorExit):
@@ -662,7 +686,7 @@ class LockCore:
         # lock already lives on the target, which serves the wait) a few times.
         target = None
         for _ in range(5):
-            node = target or client.get_node_from_key(self.name)
+            node = target or client.get_node_from_key(self._keys()[0])
             try:
                 return (
                     yield Acquire(args, wait, node, asking=target is not None, keep=self.ephemeral)
@@ -681,7 +705,7 @@ class LockCore:
         False if its hold has ended already. An ephemeral grant is renewed on
         its own connection (closing which, on a failure, ends it); any other
         failure releases the grant, as in _granting."""
-        args = ("LOCK.RENEW", self.name, token, seconds_to_ms(self.lease))
+        args = self._renew_args(token, seconds_to_ms(self.lease))
         try:
             if binding is None:
                 yield from self._call(*args)
@@ -710,7 +734,7 @@ class LockCore:
         lease_end = time.monotonic() + self.lease
         while True:
             try:
-                yield from self._call("LOCK.RELEASE", self.name, token, "ALL")
+                yield from self._call(*self._release_args(token, "ALL"))
                 return
             except ResponseError as e:
                 if not hold_is_gone(e):
@@ -726,7 +750,7 @@ class LockCore:
         """The lock's ``LOCK.INFO`` fields (None: free); ``OTHER_VALUE`` when
         the key holds a value of another type."""
         try:
-            return parse_info((yield from self._call("LOCK.INFO", self.name)))
+            return parse_info((yield from self._call("LOCK.INFO", self._keys()[0])))
         except ResponseError as e:
             if not is_wrongtype(e):
                 raise
@@ -747,7 +771,7 @@ class LockCore:
         lost = hold.check()
         hold.releasing = True
         try:
-            remaining = yield from self._hold_call(hold, "LOCK.RELEASE", self.name, hold.token)
+            remaining = yield from self._hold_call(hold, *self._release_args(hold.token))
         except GeneratorExit:
             raise
         except ResponseError as e:
@@ -768,7 +792,7 @@ class LockCore:
         finally:
             hold.releasing = False
         hold.count -= 1
-        if int(remaining) == 0 or hold.count <= 0 or lost is not None:
+        if self._left(remaining) == 0 or hold.count <= 0 or lost is not None:
             yield from self._forget(hold)
         if lost is not None:
             raise self._lost_error("release")
@@ -778,7 +802,7 @@ class LockCore:
         lands, the server says it is gone, or its lease ends."""
         while time.monotonic() < hold.lease_end:
             try:
-                yield from self._call("LOCK.RELEASE", self.name, hold.token, "ALL")
+                yield from self._call(*self._release_args(hold.token, "ALL"))
                 return
             except ResponseError as e:
                 if hold_is_gone(e):
@@ -818,7 +842,7 @@ class LockCore:
 
     def _renewing_or_raise(self, hold: Hold, ttl_ms: int, verb: str) -> Steps:
         try:
-            yield from self._hold_call(hold, "LOCK.RENEW", self.name, hold.token, ttl_ms)
+            yield from self._hold_call(hold, *self._renew_args(hold.token, ttl_ms))
         except ResponseError as e:
             if not hold_is_gone(e):
                 raise

@@ -118,7 +118,13 @@ class SemaphoreBase:
         (as ``Lock.not_acquired_reason``); None after it returned a permit."""
         return getattr(self._refusal, "reason", None)
 
-    def _permit(self) -> Any:
+    def _permit(self, permits: int = 1) -> Any:
+        whole = isinstance(permits, int) and not isinstance(permits, bool)
+        if not whole or not 1 <= permits <= self.limit:
+            raise ValueError(
+                f"a semaphore's request takes 1 to its limit ({self.limit}) of permits, "
+                f"not {permits!r}"
+            )
         permit = self._Lock(
             self.redis,
             self.name,
@@ -130,5 +136,7 @@ class SemaphoreBase:
             on_lost=self.on_lost,
             ephemeral=self.ephemeral,
         )
-        permit._mode = self._mode
+        # One permit is the server's default: servers that predate PERMITS
+        # keep serving single permits.
+        permit._mode = self._mode if permits == 1 else (*self._mode, "PERMITS", permits)
         return permit

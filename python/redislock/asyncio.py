@@ -42,6 +42,7 @@ from ._core import (
     Unbind,
     ticking,
 )
+from ._multi import MultiLockBase
 from ._shared import ReadWriteLockBase, SemaphoreBase
 
 logger = logging.getLogger(__name__)
@@ -462,16 +463,29 @@ class Permit(Lock):
         raise self._not_acquired()
 
 
+class MultiLock(MultiLockBase, Lock):
+    __doc__ = MultiLockBase.__doc__
+
+    async def __aenter__(self) -> "MultiLock":
+        if await self.acquire():
+            return self
+        raise self._not_acquired()
+
+
 class Semaphore(SemaphoreBase):
     __doc__ = SemaphoreBase.__doc__
     _Lock = Permit
 
     async def acquire(
-        self, blocking: Optional[bool] = None, blocking_timeout: Optional[float] = None
+        self,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[float] = None,
+        *,
+        permits: int = 1,
     ) -> Optional[Permit]:
         """As ``redislock.Semaphore.acquire``; cancelled, it leaves no permit
         behind."""
-        permit = self._permit()
+        permit = self._permit(permits)
         acquired = await permit.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
         self._refusal.reason = permit.not_acquired_reason
         return permit if acquired else None

@@ -37,6 +37,7 @@ from ._core import (
     Unbind,
     ticking,
 )
+from ._multi import MultiLockBase
 from ._shared import ReadWriteLockBase, SemaphoreBase
 
 logger = logging.getLogger(__name__)
@@ -500,17 +501,33 @@ class Permit(Lock):
         raise self._not_acquired()
 
 
+class MultiLock(MultiLockBase, Lock):
+    __doc__ = MultiLockBase.__doc__
+
+    def __enter__(self) -> "MultiLock":
+        if self.acquire():
+            return self
+        raise self._not_acquired()
+
+
 class Semaphore(SemaphoreBase):
     __doc__ = SemaphoreBase.__doc__
     _Lock = Permit
 
     def acquire(
-        self, blocking: Optional[bool] = None, blocking_timeout: Optional[float] = None
+        self,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[float] = None,
+        *,
+        permits: int = 1,
     ) -> Optional[Permit]:
         """A permit (use it in a ``with`` block, or ``release`` it), or None
         if none came within the time allowed; the defaults are the
-        semaphore's."""
-        permit = self._permit()
+        semaphore's. ``permits=k`` takes k of the semaphore's permits as one
+        hold (one fence, one lease, one release), first come first served:
+        a request for more permits than are free waits at the head of the
+        queue, and smaller ones behind it wait behind it."""
+        permit = self._permit(permits)
         acquired = permit.acquire(blocking=blocking, blocking_timeout=blocking_timeout)
         self._refusal.reason = permit.not_acquired_reason
         return permit if acquired else None

@@ -203,6 +203,7 @@ class SyncAPI:
 
     name = "sync"
     Lock = redislock.Lock
+    MultiLock = redislock.MultiLock
     ReadWriteLock = redislock.ReadWriteLock
     Semaphore = redislock.Semaphore
     RedisPyLock = redis.lock.Lock
@@ -266,6 +267,7 @@ class AsyncAPI(SyncAPI):
 
     name = "asyncio"
     Lock = redislock.asyncio.Lock
+    MultiLock = redislock.asyncio.MultiLock
     ReadWriteLock = redislock.asyncio.ReadWriteLock
     Semaphore = redislock.asyncio.Semaphore
     RedisPyLock = redis.asyncio.lock.Lock

@@ -47,3 +47,7 @@ mod release;
 /// Read-write handles: one owner for both sides; the writer may read, a
 /// reader asking to write is refused at once.
 mod rw;
+/// Several at once: a lock on several keys, all or none, released
+/// together, lost when any key is; several permits of a semaphore, first
+/// come first served.
+mod several;

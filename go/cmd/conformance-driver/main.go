@@ -222,6 +222,11 @@ func msArg(v string) (time.Duration, error) {
 
 func (d *driver) acquire(c *redislock.Client, a map[string]string) string {
 	name, key := a["h"], a["key"]
+	var keys []string
+	if v, ok := a["keys"]; ok {
+		keys = strings.Split(v, ",")
+		key = keys[0]
+	}
 	if name == "" || key == "" {
 		return "err bad-request h= and key= are required"
 	}
@@ -280,15 +285,32 @@ func (d *driver) acquire(c *redislock.Client, a map[string]string) string {
 		d.track(name, l)
 		return fmt.Sprintf("ok fence=%d owner=%s", l.Fence(), l.Owner())
 	}
-	switch kind := a["kind"]; kind {
-	case "", "lock":
+	switch kind := a["kind"]; {
+	case keys != nil && (kind == "" || kind == "lock"):
+		if wait {
+			l, err = c.LockKeys(ctx, keys, opts...)
+		} else {
+			l, err = c.TryLockKeys(ctx, keys, opts...)
+		}
+		if err != nil {
+			return errReply(err)
+		}
+		d.track(name, l)
+		fences := make([]string, 0, len(keys))
+		for _, f := range l.Fences() {
+			fences = append(fences, strconv.FormatInt(f, 10))
+		}
+		return fmt.Sprintf("ok fence=%s fences=%s owner=%s", fences[0], strings.Join(fences, ","), l.Owner())
+	case keys != nil:
+		return "err unsupported several keys at once: exclusive locks only"
+	case kind == "" || kind == "lock":
 		h := named(d, obj, func() *redislock.Handle { return c.Handle(key) })
 		if wait {
 			l, err = h.Lock(ctx, opts...)
 		} else {
 			l, err = h.TryLock(ctx, opts...)
 		}
-	case "read", "write":
+	case kind == "read" || kind == "write":
 		rw := named(d, obj, func() *redislock.RWMutex { return c.RWMutex(key) })
 		switch {
 		case kind == "read" && wait:
@@ -300,12 +322,19 @@ func (d *driver) acquire(c *redislock.Client, a map[string]string) string {
 		default:
 			l, err = rw.TryLock(ctx, opts...)
 		}
-	case "permit":
+	case kind == "permit":
 		limit := 1
 		if v, ok := a["limit"]; ok {
 			if limit, err = strconv.Atoi(v); err != nil {
 				return "err bad-request limit=" + v
 			}
+		}
+		if v, ok := a["permits"]; ok {
+			k, perr := strconv.Atoi(v)
+			if perr != nil {
+				return "err bad-request permits=" + v
+			}
+			opts = append(opts, redislock.WithPermits(k))
 		}
 		s := c.Semaphore(key, limit)
 		if wait {

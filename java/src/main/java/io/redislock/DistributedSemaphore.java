@@ -38,6 +38,30 @@ public final class DistributedSemaphore {
     return h;
   }
 
+  /**
+   * Takes {@code permits} of the semaphore's permits (1 to its limit) as one
+   * hold: one fence, one lease, one release. First come first served: a
+   * request for more permits than are free waits at the head of the queue,
+   * and smaller requests behind it wait behind it.
+   */
+  public Hold acquire(int permits, LockOptions opts) throws InterruptedException {
+    Hold h = client.acquire(name, client.newOwner(), HoldKind.permits(kind.limit(), permits), opts, true);
+    this.permits.put(h.owner(), h);
+    return h;
+  }
+
+  /** One attempt at {@code permits} permits as one hold; null when too few are free or others wait ahead. */
+  public Hold tryAcquire(int permits) {
+    try {
+      return acquire(permits, LockOptions.defaults());
+    } catch (WouldBlockException e) {
+      return null;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return null;
+    }
+  }
+
   /** Waits for a permit without a time limit; its 30 s lease is renewed by a watchdog until released. */
   public Hold acquire() throws InterruptedException {
     return acquire(LockOptions.defaults().waitForever());

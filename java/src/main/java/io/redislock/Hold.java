@@ -1,5 +1,6 @@
 package io.redislock;
 
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutionException;
@@ -58,9 +59,13 @@ public final class Hold {
   /** The watchdog's renew in flight; completes once its reply is handled. */
   private CompletableFuture<Void> renewInFlight;
 
+  /** Every key's fence, in key order, for a hold on several keys; null otherwise. */
+  private volatile List<Long> fences;
+
   Hold(Transport t, String key, String owner, HoldKind kind, long fence, long ttlMs, long sentNanos,
       boolean autoRenew, Transport.Dedicated bound) {
-    this(t, Backend.single(t, bound), key, owner, kind, fence, ttlMs, sentNanos, autoRenew, bound);
+    this(t, kind.keys() == null ? Backend.single(t, bound) : Backend.keys(t, bound, kind), key, owner, kind,
+        fence, ttlMs, sentNanos, autoRenew, bound);
   }
 
   Hold(Transport t, Backend backend, String key, String owner, HoldKind kind, long fence, long ttlMs,
@@ -115,8 +120,24 @@ public final class Hold {
 
   // ---------------------------------------------------------------- accessors
 
+  /** The key (the first, for a hold on several keys). */
   public String key() {
     return key;
+  }
+
+  /** The keys held: this hold's key, or every key of a hold on several, in order. */
+  public List<String> keys() {
+    return kind.keys() != null ? kind.keys() : List.of(key);
+  }
+
+  /** One fence per key of {@link #keys()}, in order ({@link #fence()} is the highest). */
+  public List<Long> fences() {
+    List<Long> f = fences;
+    return f != null ? f : List.of(fence);
+  }
+
+  void setFences(List<Long> fences) {
+    this.fences = List.copyOf(fences);
   }
 
   /** The owner token this hold is taken under; another process may continue it with {@code resume}. */

@@ -4,6 +4,8 @@ import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.resource.ClientResources;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -104,6 +106,26 @@ public final class LockClient implements AutoCloseable {
     checkName(name, "name");
     checkName(scope, "scope");
     return owners.computeIfAbsent(scope + "\n" + name, k -> new ThreadOwners(this, name, scope));
+  }
+
+  /**
+   * Takes every one of {@code keys} at once, all or none, under a new owner
+   * token: a try, or a wait ({@code opts.waitMs}) queued on every key as one
+   * request and granted when all can be granted in the same step, never some
+   * while it waits. So holds on the same keys asked in any order never
+   * deadlock, and no later request takes any of its keys first. The hold
+   * ({@link Hold#keys()}, {@link Hold#fences()}) has one watchdog that renews
+   * every key with one {@code LOCK.MRENEW}; losing any key loses it; a
+   * release gives every key back. An interrupt leaves nothing held.
+   */
+  public Hold acquireAll(List<String> keys, LockOptions opts) throws InterruptedException {
+    HoldKind kind = HoldKind.keys(keys);
+    return acquire(kind.keys().get(0), newOwner(), kind, opts, true);
+  }
+
+  /** A {@link java.util.concurrent.locks.Lock} on every one of {@code names} at once, per thread. */
+  public DistributedMultiLock getMultiLock(String... names) {
+    return new DistributedMultiLock(this, HoldKind.keys(List.of(names)));
   }
 
   /** A semaphore of {@code permits} leased permits on key {@code name}; each permit has its own fence. */
@@ -254,7 +276,9 @@ public final class LockClient implements AutoCloseable {
   private Hold grantOnShared(String key, String owner, HoldKind kind, LockOptions opts, boolean interruptible)
       throws InterruptedException {
     long sent = System.nanoTime();
-    CompletableFuture<Long> f = Protocol.acquire(t.shared, key, owner, opts.ttlMs(), kind, false, LockOptions.NO_WAIT);
+    List<Long> fences = new ArrayList<>();
+    CompletableFuture<Long> f =
+        Protocol.acquire(t.shared, key, owner, opts.ttlMs(), kind, false, LockOptions.NO_WAIT, fences);
     Long fence;
     try {
       fence = Transport.await(f, t.replyTimeoutNanos, interruptible);
@@ -262,7 +286,7 @@ public final class LockClient implements AutoCloseable {
       // The reply may carry a grant: release it on the same connection once it lands.
       CompletableFuture<Long> undo = f.handle((v, err) -> v).thenCompose(v -> v == null
           ? CompletableFuture.completedFuture(0L)
-          : Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner));
+          : Protocol.release(t.shared, key, owner, kind, false));
       t.track(undo);
       Transport.settle(undo, t.replyTimeoutNanos);
       if (e instanceof InterruptedException) {
@@ -275,7 +299,9 @@ public final class LockClient implements AutoCloseable {
     if (fence == null) {
       return null;
     }
-    return new Hold(t, key, owner, kind, fence, opts.ttlMs(), sent, opts.watchdog(), null);
+    Hold h = new Hold(t, key, owner, kind, fence, opts.ttlMs(), sent, opts.watchdog(), null);
+    h.setFences(fences);
+    return h;
   }
 
   /**
@@ -306,13 +332,15 @@ public final class LockClient implements AutoCloseable {
         d.commands().asking();
         asking = false;
       }
-      CompletableFuture<Long> f = Protocol.acquire(d.commands(), key, owner, ttl, kind, opts.isEphemeral(), waitMs);
+      List<Long> fences = new ArrayList<>();
+      CompletableFuture<Long> f =
+          Protocol.acquire(d.commands(), key, owner, ttl, kind, opts.isEphemeral(), waitMs, fences);
       Long fence;
       try {
         long limit = !waits ? t.replyTimeoutNanos : forever ? -1 : waitMs * 1_000_000L + t.replyTimeoutNanos;
         fence = Transport.await(f, limit, interruptible);
       } catch (InterruptedException | TimeoutException e) {
-        abandon(d, f, key, owner);
+        abandon(d, f, key, owner, kind);
         if (e instanceof InterruptedException) {
           throw (InterruptedException) e;
         }
@@ -333,7 +361,7 @@ public final class LockClient implements AutoCloseable {
         if (mapped instanceof TransportException) {
           // The connection failed under the command: a grant may have been made
           // that no reply will tell us about.
-          abandon(d, f, key, owner);
+          abandon(d, f, key, owner, kind);
         } else {
           t.giveBack(d);
         }
@@ -352,11 +380,11 @@ public final class LockClient implements AutoCloseable {
         // The lease began at the hand-off, somewhere in the wait: confirm it
         // with a renew and count the deadline from the renew's send.
         long renewSent = System.nanoTime();
-        CompletableFuture<Long> r = Protocol.send(d.commands(), Protocol.Cmd.RENEW, key, owner, ttl);
+        CompletableFuture<Long> r = Protocol.renew(d.commands(), key, owner, ttl, kind);
         try {
           Transport.await(r, t.replyTimeoutNanos, interruptible);
         } catch (InterruptedException | TimeoutException e) {
-          abandon(d, r, key, owner);
+          abandon(d, r, key, owner, kind);
           if (e instanceof InterruptedException) {
             throw (InterruptedException) e;
           }
@@ -369,12 +397,13 @@ public final class LockClient implements AutoCloseable {
             t.giveBack(d);
             throw new LockTimeoutException();
           }
-          abandon(d, r, key, owner);
+          abandon(d, r, key, owner, kind);
           throw Protocol.map(e);
         }
         sent = renewSent;
       }
       Hold h = new Hold(t, key, owner, kind, fence, ttl, sent, opts.watchdog(), opts.isEphemeral() ? d : null);
+      h.setFences(fences);
       if (!opts.isEphemeral()) {
         t.giveBack(d);
       }
@@ -396,7 +425,7 @@ public final class LockClient implements AutoCloseable {
    * when the pause ends.) Waits up to the reply timeout for the clean-up;
    * past it, it ends in the background.
    */
-  private void abandon(Transport.Dedicated d, CompletableFuture<Long> f, String key, String owner) {
+  private void abandon(Transport.Dedicated d, CompletableFuture<Long> f, String key, String owner, HoldKind kind) {
     CompletableFuture<?> done;
     if (f.isDone() && !f.isCompletedExceptionally()) {
       Long v = f.join();
@@ -404,7 +433,7 @@ public final class LockClient implements AutoCloseable {
         t.giveBack(d);
         return;
       }
-      done = Protocol.send(d.commands(), Protocol.Cmd.RELEASE, key, owner).handle((x, e) -> {
+      done = Protocol.release(d.commands(), key, owner, kind, false).handle((x, e) -> {
         if (e == null) {
           t.giveBack(d);
         } else {
@@ -414,7 +443,7 @@ public final class LockClient implements AutoCloseable {
       });
     } else {
       done = t.kill(d).handle((x, e) -> null)
-          .thenCompose(x -> Protocol.send(t.shared, Protocol.Cmd.RELEASE, key, owner).handle((y, e) -> null));
+          .thenCompose(x -> Protocol.release(t.shared, key, owner, kind, false).handle((y, e) -> null));
       t.close(d);
     }
     t.track(done);

@@ -9,6 +9,8 @@ import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
@@ -31,6 +33,9 @@ final class Protocol {
     static final Cmd RELEASE = new Cmd("LOCK.RELEASE");
     static final Cmd RENEW = new Cmd("LOCK.RENEW");
     static final Cmd FENCE = new Cmd("LOCK.FENCE");
+    static final Cmd MACQUIRE = new Cmd("LOCK.MACQUIRE");
+    static final Cmd MRENEW = new Cmd("LOCK.MRENEW");
+    static final Cmd MRELEASE = new Cmd("LOCK.MRELEASE");
 
     private final byte[] bytes;
     private final String text;
@@ -51,8 +56,14 @@ final class Protocol {
     }
   }
 
-  /** An integer reply, or null for nil: fences, counts, the renew's 1. */
+  /**
+   * An integer reply, or null for nil: fences, counts, the renew's 1. An
+   * array of integers ({@code LOCK.MACQUIRE}'s fences, {@code LOCK.MRELEASE}'s
+   * counts) reads as its last, every one kept in {@link #all}.
+   */
   static final class LongOrNil extends CommandOutput<String, String, Long> {
+    final List<Long> all = new ArrayList<>();
+
     LongOrNil() {
       super(StringCodec.UTF8, null);
     }
@@ -60,6 +71,7 @@ final class Protocol {
     @Override
     public void set(long integer) {
       output = integer;
+      all.add(integer);
     }
 
     @Override
@@ -78,15 +90,35 @@ final class Protocol {
     return conn.dispatch(cmd, new LongOrNil(), a).toCompletableFuture();
   }
 
-  /** {@code LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]] [EPHEMERAL] [WAIT w]}. */
+  /**
+   * {@code LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n [PERMITS k]]] [EPHEMERAL] [WAIT w]},
+   * or for a kind of several keys {@code LOCK.MACQUIRE numkeys key... owner ttl ...}:
+   * the fence (the highest, for several keys), or null; {@code fences}, when
+   * given, receives every key's fence in key order.
+   */
   static CompletableFuture<Long> acquire(RedisClusterAsyncCommands<String, String> conn, String key, String owner,
-      long ttlMs, HoldKind kind, boolean ephemeral, long waitMs) {
+      long ttlMs, HoldKind kind, boolean ephemeral, long waitMs, List<Long> fences) {
     CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
-    a.addKey(key).add(owner).add(ttlMs);
+    Cmd cmd = Cmd.ACQUIRE;
+    if (kind.keys() == null) {
+      a.addKey(key);
+    } else {
+      cmd = Cmd.MACQUIRE;
+      a.add(kind.keys().size());
+      for (String k : kind.keys()) {
+        a.addKey(k);
+      }
+    }
+    a.add(owner).add(ttlMs);
     if (kind.isShared()) {
       a.add("SHARED");
       if (kind.limit() > 0) {
         a.add("LIMIT").add(kind.limit());
+        // One permit is the server's default: servers that predate PERMITS
+        // keep serving single permits.
+        if (kind.permits() != 1) {
+          a.add("PERMITS").add(kind.permits());
+        }
       }
     }
     if (ephemeral) {
@@ -96,7 +128,49 @@ final class Protocol {
       // WAIT 0 is the server's "no time limit".
       a.add("WAIT").add(waitMs == LockOptions.FOREVER ? 0 : waitMs);
     }
-    return conn.dispatch(Cmd.ACQUIRE, new LongOrNil(), a).toCompletableFuture();
+    LongOrNil out = new LongOrNil();
+    return conn.dispatch(cmd, out, a).toCompletableFuture().thenApply(v -> {
+      if (v == null) {
+        return null;
+      }
+      if (fences != null) {
+        fences.addAll(out.all);
+      }
+      return out.all.stream().max(Long::compare).orElse(v);
+    });
+  }
+
+  /** {@code LOCK.RENEW}, or {@code LOCK.MRENEW} of every key of a kind of several. */
+  static CompletableFuture<Long> renew(RedisClusterAsyncCommands<String, String> conn, String key, String owner,
+      long ttlMs, HoldKind kind) {
+    if (kind.keys() == null) {
+      return send(conn, Cmd.RENEW, key, owner, ttlMs);
+    }
+    return several(conn, Cmd.MRENEW, kind.keys(), owner, String.valueOf(ttlMs));
+  }
+
+  /** {@code LOCK.RELEASE [ALL]}, or {@code LOCK.MRELEASE [ALL]} of every key (the count left). */
+  static CompletableFuture<Long> release(RedisClusterAsyncCommands<String, String> conn, String key, String owner,
+      HoldKind kind, boolean all) {
+    if (kind.keys() == null) {
+      return all ? send(conn, Cmd.RELEASE, key, owner, "ALL") : send(conn, Cmd.RELEASE, key, owner);
+    }
+    return all ? several(conn, Cmd.MRELEASE, kind.keys(), owner, "ALL")
+        : several(conn, Cmd.MRELEASE, kind.keys(), owner);
+  }
+
+  private static CompletableFuture<Long> several(RedisClusterAsyncCommands<String, String> conn, Cmd cmd,
+      List<String> keys, String owner, String... rest) {
+    CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
+    a.add(keys.size());
+    for (String k : keys) {
+      a.addKey(k);
+    }
+    a.add(owner);
+    for (String r : rest) {
+      a.add(r);
+    }
+    return conn.dispatch(cmd, new LongOrNil(), a).toCompletableFuture();
   }
 
   /** The error a failed reply means, unwrapped from Lettuce's and the future's wrappers. */

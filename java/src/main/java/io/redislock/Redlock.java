@@ -83,7 +83,7 @@ public final class Redlock implements AutoCloseable {
       long sent = System.nanoTime();
       List<CompletableFuture<Long>> asks = new ArrayList<>();
       for (Transport t : servers) {
-        asks.add(Protocol.acquire(t.shared, key, owner, ttl, HoldKind.EXCLUSIVE, false, LockOptions.NO_WAIT));
+        asks.add(Protocol.acquire(t.shared, key, owner, ttl, HoldKind.EXCLUSIVE, false, LockOptions.NO_WAIT, null));
       }
       Long fence = round(asks, key, owner, sent, ttl);
       if (fence != null) {

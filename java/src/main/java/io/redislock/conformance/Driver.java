@@ -24,6 +24,7 @@ import java.io.UnsupportedEncodingException;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
@@ -392,9 +393,22 @@ public final class Driver {
 
   private String acquire(Map<String, String> args) throws Fail, InterruptedException {
     String h = need(args, "h");
-    String key = need(args, "key");
     String kind = args.getOrDefault("kind", "lock");
     LockOptions opts = options(args);
+    if (args.containsKey("keys")) {
+      if (redlock != null || !kind.equals("lock")) {
+        throw new Fail("unsupported", "several keys at once: exclusive locks on one server");
+      }
+      Hold hold = client().acquireAll(List.of(args.get("keys").split(",")), opts);
+      holds.put(h, hold);
+      hold.lost().thenAccept(reason -> emit("! lost h=" + h + " reason=" + reason.wireName()));
+      StringBuilder fences = new StringBuilder();
+      for (Long f : hold.fences()) {
+        fences.append(fences.length() == 0 ? "" : ",").append(f);
+      }
+      return "fence=" + hold.fences().get(0) + " fences=" + fences + " owner=" + hold.owner();
+    }
+    String key = need(args, "key");
     if (redlock != null) {
       if (!kind.equals("lock")) {
         throw new Fail("unsupported", "Redlock has exclusive locks only");
@@ -414,7 +428,7 @@ public final class Driver {
         // Another limit through the same object: ask the server with it, which refuses or grants.
         sem = client().getSemaphore(key, Integer.parseInt(args.get("limit")));
       }
-      hold = sem.acquire(opts);
+      hold = args.containsKey("permits") ? sem.acquire((int) ms(args, "permits"), opts) : sem.acquire(opts);
     } else {
       throw new Fail("bad-request", "kind=" + kind);
     }
