@@ -336,7 +336,8 @@ fn run_once(
         return Ok(MultiRun {
             wait_p99: window,
             wait_max: window,
-            commands_per_acquisition: f64::INFINITY,
+            // No acquisition to divide by: left out of the medians.
+            commands_per_acquisition: f64::NAN,
             stalled: true,
             ..MultiRun::default()
         });
@@ -680,15 +681,26 @@ pub fn render(r: &Results, out: &mut String) {
             let Some(runs) = m.keys.get(&(width, way)) else {
                 continue;
             };
-            // A run in which nothing was acquired waited the whole window.
-            let at_least = if runs.iter().any(|x| x.stalled) {
+            // A run in which nothing was acquired waited the whole window:
+            // its waits are "at least" that, and the row says how many
+            // runs stalled.
+            let stalled = runs.iter().filter(|x| x.stalled).count();
+            let at_least = if 2 * stalled >= runs.len() {
                 "≥ "
             } else {
                 ""
             };
+            let label = match stalled {
+                0 => way.label().to_string(),
+                n => format!(
+                    "{} — nothing acquired in {n} of {} runs",
+                    way.label(),
+                    runs.len()
+                ),
+            };
             t.row(vec![
                 width.to_string(),
-                way.label().into(),
+                label,
                 count(med_of(runs, |x| x.acquisitions_per_s)),
                 format!(
                     "{at_least}{}",
