@@ -358,44 +358,18 @@ pub fn acquire_permits<H: Host>(
             (decision?, checks)
         }
         stored => {
-            let (held, mine) = match stored {
-                Stored::One { hold, mine } => (Some(hold), mine),
-                _ => (None, false),
+            let held = match stored {
+                Stored::One { hold, .. } => Some(hold),
+                _ => None,
             };
-            let seen = Seen::stored(held, mine, now);
-            let decision = lock::acquire(seen, ttl_ms, now, barriers, || host.issue_fence(now))?;
-            match decision {
-                Acquire::Fresh(hold) => {
-                    if held.is_some() {
-                        // The previous hold's lease ended: free it as Redis would.
-                        host.remove(&mut key, Removal::Expired);
-                    }
-                    let write = match mode {
-                        Mode::Exclusive => Write::One {
-                            owner,
-                            hold,
-                            lease: Lease::Moved,
-                        },
-                        // (A shared request reads the holds listed; were a
-                        // free key shown otherwise, it begins the list.)
-                        Mode::Shared { .. } => {
-                            let mut holds = Holds::free();
-                            holds.begin_permits(owner, (mode, permits), ttl_ms, now, hold.fence);
-                            Write::Listed(holds)
-                        }
-                    };
-                    host.write(&mut key, write, Event::Acquire);
-                }
-                Acquire::Reentered(hold) => {
-                    let write = Write::One {
-                        owner,
-                        hold,
-                        lease: Lease::Moved,
-                    };
-                    host.write(&mut key, write, Event::Reenter);
-                }
-                Acquire::Busy => {}
-            }
+            let decision = store_one(
+                host,
+                &mut key,
+                stored,
+                (owner, (mode, permits), ttl_ms),
+                now,
+                barriers,
+            )?;
             let checks = Checks {
                 lease: match decision {
                     Acquire::Reentered(hold) => Some(hold.expires_at),
@@ -868,45 +842,69 @@ fn store_grant<H: Host>(
             Ok((decision?, ends))
         }
         stored => {
-            let (held, mine) = match stored {
-                Stored::One { hold, mine } => (Some(hold), mine),
-                _ => (None, false),
-            };
-            let seen = Seen::stored(held, mine, now);
-            let decision = lock::acquire(seen, ttl_ms, now, barriers, || host.issue_fence(now))?;
-            match decision {
-                Acquire::Fresh(hold) => {
-                    if held.is_some() {
-                        // The previous hold's lease ended: free it as Redis would.
-                        host.remove(&mut key, Removal::Expired);
-                    }
-                    let write = match mode {
-                        Mode::Exclusive => Write::One {
-                            owner,
-                            hold,
-                            lease: Lease::Moved,
-                        },
-                        Mode::Shared { .. } => {
-                            let mut holds = Holds::free();
-                            holds.begin_permits(owner, (mode, permits), ttl_ms, now, hold.fence);
-                            Write::Listed(holds)
-                        }
-                    };
-                    host.write(&mut key, write, Event::Acquire);
-                }
-                Acquire::Reentered(hold) => {
-                    let write = Write::One {
-                        owner,
-                        hold,
-                        lease: Lease::Moved,
-                    };
-                    host.write(&mut key, write, Event::Reenter);
-                }
-                Acquire::Busy => {}
-            }
+            let decision = store_one(
+                host,
+                &mut key,
+                stored,
+                (owner, (mode, permits), ttl_ms),
+                now,
+                barriers,
+            )?;
             Ok((decision, None))
         }
     }
+}
+
+/// The one decision and write of an acquire on a lock read as one compact
+/// hold or free (`Stored::One`, `Stored::Free`), for a single request and
+/// for each lock of a request for several alike.
+fn store_one<H: Host>(
+    host: &mut H,
+    key: &mut H::Key,
+    stored: Stored,
+    (owner, (mode, permits), ttl_ms): (&[u8], (Mode, u32), u64),
+    now: u64,
+    barriers: Barriers,
+) -> Result<Acquire, LockError> {
+    let (held, mine) = match stored {
+        Stored::One { hold, mine } => (Some(hold), mine),
+        _ => (None, false),
+    };
+    let seen = Seen::stored(held, mine, now);
+    let decision = lock::acquire(seen, ttl_ms, now, barriers, || host.issue_fence(now))?;
+    match decision {
+        Acquire::Fresh(hold) => {
+            if held.is_some() {
+                // The previous hold's lease ended: free it as Redis would.
+                host.remove(key, Removal::Expired);
+            }
+            let write = match mode {
+                Mode::Exclusive => Write::One {
+                    owner,
+                    hold,
+                    lease: Lease::Moved,
+                },
+                // (A shared request reads the holds listed; were a free key
+                // shown otherwise, it begins the list.)
+                Mode::Shared { .. } => {
+                    let mut holds = Holds::free();
+                    holds.begin_permits(owner, (mode, permits), ttl_ms, now, hold.fence);
+                    Write::Listed(holds)
+                }
+            };
+            host.write(key, write, Event::Acquire);
+        }
+        Acquire::Reentered(hold) => {
+            let write = Write::One {
+                owner,
+                hold,
+                lease: Lease::Moved,
+            };
+            host.write(key, write, Event::Reenter);
+        }
+        Acquire::Busy => {}
+    }
+    Ok(decision)
 }
 
 /// `LOCK.MACQUIRE`: a hold on every lock of `targets` (distinct, at least
