@@ -414,7 +414,7 @@ go-lint: go-env ## go vet, staticcheck (pinned) and gofmt over the Go module
 	cd go && GOTOOLCHAIN=auto $(GO) run $(STATICCHECK) ./...
 	cd go && test -z "$$(GOTOOLCHAIN=auto $$($(GO) env GOROOT)/bin/gofmt -l .)" || { $$($(GO) env GOROOT)/bin/gofmt -l .; exit 1; }
 
-bench-go: build go-env ## Go locks compared on one server: this client vs redsync, rueidislock and bsm/redislock (pinned in go/bench/go.sum; < 1 min)
+bench-go: build go-env ## Go locks compared on one server: this client vs redsync, rueidislock and bsm/redislock, and several keys at once vs bsm's ObtainMulti (pinned in go/bench/go.sum; < 1 min)
 	cd go/bench && GOTOOLCHAIN=auto $(GO) build -o $(CURDIR)/target/go/bench . && LOCK_MODULE=$(CURDIR)/$(MODULE) $(CURDIR)/target/go/bench
 
 # The conformance suite runs the Go driver too (CONFORMANCE_CLIENTS and

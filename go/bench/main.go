@@ -3,7 +3,9 @@
 // redis-server; LOCK_MODULE): uncontended lock/unlock per second; 32
 // goroutines on one lock (throughput, wait p50/p99/max, fairness, server
 // commands per acquisition); the takeover of a lock whose holder hangs
-// (lease end) and of one whose holder is killed. It prints a Markdown table.
+// (lease end) and of one whose holder is killed; and 32 goroutines taking 2
+// or 4 of 8 keys at once, this client's LockKeys against bsm/redislock's
+// ObtainMulti. It prints Markdown tables.
 package main
 
 import (
@@ -76,7 +78,7 @@ func libs(addr string) []lib {
 			}
 			return cancel, nil
 		}, rl.Close},
-		{"bsm/redislock v0.9.4", func(ctx context.Context, key string) (func(), error) {
+		{"bsm/redislock v0.10.0", func(ctx context.Context, key string) (func(), error) {
 			l, err := bl.Obtain(ctx, key, ttl, &bsm.Options{RetryStrategy: bsm.LinearBackoff(2 * time.Millisecond)})
 			if err != nil {
 				return nil, err
@@ -102,6 +104,7 @@ func main() {
 			l.name, un, c.rate, ms(c.p50), ms(c.p99), ms(c.max), c.fewest, c.most, c.cmds, hung, killed)
 		l.close()
 	}
+	severalTable(ctl, addr)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
@@ -257,15 +260,28 @@ func killHolder(ctl *redis.Client) time.Time {
 }
 
 func calls(ctl *redis.Client) int64 {
-	s, _ := ctl.Info(bg, "commandstats").Result()
 	var total int64
-	for _, line := range strings.Split(s, "\n") {
-		if i := strings.Index(line, "calls="); i >= 0 && !strings.HasPrefix(line, "cmdstat_info") {
-			n, _ := strconv.ParseInt(strings.SplitN(line[i+6:], ",", 2)[0], 10, 64)
-			total += n
-		}
+	for _, n := range cmdCalls(ctl) {
+		total += n
 	}
 	return total
+}
+
+// cmdCalls: the server's calls per command (INFO commandstats, lower case,
+// "lock.macquire"), less INFO, which the bench itself sends.
+func cmdCalls(ctl *redis.Client) map[string]int64 {
+	s, _ := ctl.Info(bg, "commandstats").Result()
+	out := map[string]int64{}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		i := strings.Index(rest, "calls=")
+		if !ok || i < 0 || name == "info" {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.SplitN(rest[i+6:], ",", 2)[0], 10, 64)
+		out[name] += n
+	}
+	return out
 }
 
 func version(ctl *redis.Client) string {
