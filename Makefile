@@ -307,7 +307,7 @@ node-test: build servers node-env ## The Node package's suite (node --test) on e
 	  (cd node && env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env npm run --silent test:only) || exit 1; \
 	done
 
-bench-node: build node-env ## Node locks compared: this client vs redlock and redis-semaphore, one server and Redlock over 3 (< 2 min)
+bench-node: build node-env ## Node locks compared: this client vs redlock and redis-semaphore, one server and Redlock over 3, several keys and permits at once (< 4 min; BENCH_ONLY=several for that part alone)
 	cd node && LOCK_MODULE=$(CURDIR)/$(MODULE) npm run --silent bench:only
 
 .PHONY: node-env node-test bench-node
