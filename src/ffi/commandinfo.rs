@@ -254,7 +254,7 @@ pub const MRELEASE: Command = Command {
     flags: c"write getkeys-api",
     key: Some(DELETE_AND_READ),
     numkeys: true,
-    categories: "write",
+    categories: "write slow",
     summary: c"Releases a lock the owner holds on every key (to 0 with ALL), all or none; \
         replies with the counts left in the order of the keys, NOTOWNER (and nothing changes) if it does not hold one.",
     complexity: c"O(N) where N is the number of keys",
@@ -266,7 +266,7 @@ pub const MRENEW: Command = Command {
     flags: c"write getkeys-api",
     key: Some(UPDATE),
     numkeys: true,
-    categories: "write",
+    categories: "write slow",
     summary: c"Sets the lease of the owner's lock on every key to ttl-ms from now, all or none; replies 1, \
         NOTOWNER (and nothing changes) if it does not hold one.",
     complexity: c"O(N) where N is the number of keys",

@@ -455,6 +455,9 @@ fn acl_categories_hold_the_commands_where_the_server_lets_a_module_set_them() {
         "lock.fence",
         "lock.info",
         "lock.lastfence",
+        "lock.macquire",
+        "lock.mrelease",
+        "lock.mrenew",
         "lock.queue",
         "lock.reenter",
         "lock.release",
@@ -486,10 +489,21 @@ fn acl_categories_hold_the_commands_where_the_server_lets_a_module_set_them() {
         Flavor::Redis72 | Flavor::Newer => (
             but(&["lock.info", "lock.queue"]),
             only(&["lock.info", "lock.queue"]),
-            // Blocking commands are not fast, as `BLMOVE` is not.
-            but(&["lock.acquire"]),
-            only(&["lock.acquire"]),
-            only(&["lock.acquire"]),
+            // Blocking commands are not fast, as `BLMOVE` is not; nor are
+            // those of several keys, as `MSET` is not.
+            but(&[
+                "lock.acquire",
+                "lock.macquire",
+                "lock.mrelease",
+                "lock.mrenew",
+            ]),
+            only(&[
+                "lock.acquire",
+                "lock.macquire",
+                "lock.mrelease",
+                "lock.mrenew",
+            ]),
+            only(&["lock.acquire", "lock.macquire"]),
             // Redis 7.2 lets no module add a category of its own.
             (flavor == Flavor::Newer).then(|| but(&[]).expect("all")),
         ),
