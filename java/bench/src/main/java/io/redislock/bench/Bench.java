@@ -342,17 +342,28 @@ public final class Bench {
       hold(Integer.parseInt(args[1]));
       return;
     }
+    // `Bench several`: only the several-at-once tables.
+    boolean severalOnly = args.length == 1 && args[0].equals("several");
     Server srv = Server.start();
     RedisClient rc = RedisClient.create(RedisURI.create("127.0.0.1", srv.port));
     try (srv; StatefulRedisConnection<String, String> conn = rc.connect()) {
       Bench b = new Bench(srv.port, conn.sync());
       try {
-        b.run(conn.sync());
+        if (severalOnly) {
+          try (SeveralAtOnce several = new SeveralAtOnce(b)) {
+            several.print();
+          }
+        } else {
+          b.run(conn.sync());
+        }
       } finally {
         b.close();
         rc.shutdown();
       }
     }
+    // A Redisson client left with interrupted waiters may keep threads alive
+    // after its shutdown: the bench ends all the same.
+    System.exit(0);
   }
 
   void run(RedisCommands<String, String> c) throws Exception {
@@ -429,6 +440,10 @@ public final class Bench {
       Stats s = contended(takers);
       System.out.printf(Locale.ROOT, "| %s | %,.0f | %s | %s | %s | %d / %d | %.1f |%n", row[0], s.rate(), s.ms(0.5),
           s.ms(0.99), s.ms(1), s.fewest(), s.most(), s.cmds());
+    }
+
+    try (SeveralAtOnce several = new SeveralAtOnce(this)) {
+      several.print();
     }
 
     System.out.println();
