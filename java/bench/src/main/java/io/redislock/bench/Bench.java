@@ -350,9 +350,7 @@ public final class Bench {
       Bench b = new Bench(srv.port, conn.sync());
       try {
         if (severalOnly) {
-          try (SeveralAtOnce several = new SeveralAtOnce(b)) {
-            several.print();
-          }
+          new SeveralAtOnce(b).print();
         } else {
           b.run(conn.sync());
         }
@@ -442,9 +440,7 @@ public final class Bench {
           s.ms(0.99), s.ms(1), s.fewest(), s.most(), s.cmds());
     }
 
-    try (SeveralAtOnce several = new SeveralAtOnce(this)) {
-      several.print();
-    }
+    new SeveralAtOnce(this).print();
 
     System.out.println();
     progress("takeover after a killed holder JVM (up to " + LEASE.toSeconds() + " s)");

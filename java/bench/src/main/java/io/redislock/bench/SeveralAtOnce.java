@@ -36,7 +36,7 @@ import org.redisson.api.RedissonClient;
  * finish the one under way; whoever is still waiting then is interrupted and
  * counted as stalled, and the row goes on to the next.
  */
-final class SeveralAtOnce implements AutoCloseable {
+final class SeveralAtOnce {
   static final int KEYS = 8;
   static final Duration WINDOW = Duration.ofSeconds(3);
   static final Duration GRACE = Duration.ofSeconds(2);
@@ -75,39 +75,19 @@ final class SeveralAtOnce implements AutoCloseable {
   final Bench b;
   final RedisCommands<String, String> ctl;
   /**
-   * The Redisson clients of the row under way, one per row: waiters
-   * interrupted at a row's bound may go on trying (and a shut-down client's
-   * timers can spin for minutes), so each row's client is shut down after
-   * it, waiting at most 5 s, and the next row starts on a fresh one.
+   * A Redisson client per row: the waiters interrupted at a row's bound leave
+   * their client with subscriptions and timers, and the next row starts on a
+   * fresh one. They are not shut down: Redisson's shutdown of such a client
+   * spins on its timer for minutes, both cores busy. The bench's JVM ends
+   * with {@code System.exit}.
    */
-  final ConcurrentLinkedQueue<RedissonClient> clients = new ConcurrentLinkedQueue<>();
-
   SeveralAtOnce(Bench b) {
     this.b = b;
     this.ctl = b.ctl;
   }
 
   RedissonClient redisson() {
-    RedissonClient c = Bench.redisson(b.port);
-    clients.add(c);
-    return c;
-  }
-
-  /** Shuts the rows' Redisson clients down, waiting at most 5 s for them. */
-  @Override
-  public void close() {
-    RedissonClient c;
-    while ((c = clients.poll()) != null) {
-      Thread t = new Thread(c::shutdown, "several-redisson-shutdown");
-      t.setDaemon(true);
-      t.start();
-      try {
-        t.join(5_000);
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        return;
-      }
-    }
+    return Bench.redisson(b.port);
   }
 
   /** A row that failed: its error on standard error, a line saying so in the table. */
@@ -221,8 +201,7 @@ final class SeveralAtOnce implements AutoCloseable {
     for (Thread th : threads) {
       th.interrupt();
     }
-    // Waiters that do not answer the interrupt are left (daemon threads): the
-    // row's Redisson client, shut down after the row, ends them.
+    // Waiters that do not answer the interrupt at once are left (daemon threads).
     long joinBy = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
     for (Thread th : threads) {
       long left = joinBy - System.nanoTime();
@@ -235,7 +214,6 @@ final class SeveralAtOnce implements AutoCloseable {
     long[] w = waits.stream().mapToLong(Long::longValue).sorted().toArray();
     long[] big = bigWaits.stream().mapToLong(Long::longValue).sorted().toArray();
     double cmds = w.length == 0 ? 0 : (b.calls() - before - incrTotal) / (double) w.length;
-    close();
     return new Row(w.length / elapsed, w, big, Arrays.stream(counts).min().orElse(0),
         Arrays.stream(counts).max().orElse(0), cmds, stalled, stalledNs);
   }
@@ -290,7 +268,6 @@ final class SeveralAtOnce implements AutoCloseable {
           run(make.apply(row++), r -> kk, -1, "several-ctr", WARMUP);
           s = run(make.apply(row++), r -> kk, -1, "several-ctr", WINDOW);
         } catch (Exception e) {
-          close();
           failed(lib[0] + " (" + k + " keys)", e, 9);
           continue;
         }
@@ -340,7 +317,6 @@ final class SeveralAtOnce implements AutoCloseable {
         run(make.apply(row++), SeveralAtOnce::permitSize, 4, "several-ctr", WARMUP);
         s = run(make.apply(row++), SeveralAtOnce::permitSize, 4, "several-ctr", WINDOW);
       } catch (Exception e) {
-        close();
         failed((String) lib[0], e, 9);
         continue;
       }
