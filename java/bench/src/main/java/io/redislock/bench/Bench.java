@@ -46,7 +46,9 @@ import org.springframework.integration.redis.util.RedisLockRegistry;
  * {@code make bench-java}: this client beside Redisson (RLock, RFairLock,
  * RFencedLock, RReadWriteLock, RPermitExpirableSemaphore), Spring
  * Integration's RedisLockRegistry (spin and pub/sub) and ShedLock's Redis
- * provider, on one server with the module loaded ({@code LOCK_SERVER},
+ * provider, and several keys or permits at once against Redisson's
+ * multi-lock and semaphores ({@link SeveralAtOnce}; {@code Bench several}
+ * runs that part alone), on one server with the module loaded ({@code LOCK_SERVER},
  * default redis-server; {@code LOCK_MODULE}). Markdown tables on standard
  * output, progress on standard error.
  *
