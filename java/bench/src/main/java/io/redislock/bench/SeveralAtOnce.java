@@ -246,18 +246,30 @@ final class SeveralAtOnce {
     return PERMIT_SIZES[random % PERMIT_SIZES.length];
   }
 
+  /** A fresh key prefix (or semaphore name) per run, warm-ups included. */
+  int row = 0;
+
+  /**
+   * The semaphore table, then the lock table with this client's rows first:
+   * Redisson's interrupted multi-lock waiters do not all stop, and the
+   * commands they go on sending would weigh on every row after them.
+   */
   void print() throws Exception {
+    printSemaphores();
+    printLocks();
+  }
+
+  void printLocks() throws Exception {
     System.out.println();
     System.out.println("| several locks at once, 32 threads, each request k of 8 random keys in a random order "
         + "| k | acquisitions /s | wait p50 | wait p99 | wait max | fewest / most per thread "
         + "| server commands per acquisition | still waiting at the end |");
     System.out.println("|---|---|---|---|---|---|---|---|---|");
-    int row = 0;
-    for (int k : new int[] {2, 4}) {
-      Object[][] libs = {
-        {"redislock `getMultiLock(...).lock()` (this)", (IntFunction<Request>) i -> ours("mo" + i + "-")},
-        {"Redisson `RedissonMultiLock.lock()`", (IntFunction<Request>) i -> redisson("mr" + i + "-")}};
-      for (Object[] lib : libs) {
+    Object[][] libs = {
+      {"redislock `getMultiLock(...).lock()` (this)", (IntFunction<Request>) i -> ours("mo" + i + "-")},
+      {"Redisson `RedissonMultiLock.lock()`", (IntFunction<Request>) i -> redisson("mr" + i + "-")}};
+    for (Object[] lib : libs) {
+      for (int k : new int[] {2, 4}) {
         Bench.progress(lib[0] + ", " + k + " of 8 keys");
         @SuppressWarnings("unchecked")
         IntFunction<Request> make = (IntFunction<Request>) lib[1];
@@ -276,7 +288,9 @@ final class SeveralAtOnce {
             s.cmds(), s.stall());
       }
     }
+  }
 
+  void printSemaphores() throws Exception {
     System.out.println();
     System.out.println("| semaphore of 8 permits, 32 threads, each request 1, 2 or 4 permits as one "
         + "(10 s leases) | acquisitions /s | wait p50 | wait p99 | wait max | 4-permit requests: wait p99 / max "
