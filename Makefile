@@ -356,7 +356,7 @@ java-test: build servers java-env ## The Java package's JUnit suite on each of t
 # The Java bench (java/bench/) is a Maven project of its own, on the client
 # installed into ~/.m2, so the client's artifact never depends on Redisson,
 # Spring Data Redis or ShedLock's providers.
-bench-java: build java-tools ## Java locks compared on one server: this client vs Redisson, Spring's RedisLockRegistry and ShedLock's Redis provider (java/bench/, < 3 min)
+bench-java: build java-tools ## Java locks compared on one server: this client vs Redisson, Spring's RedisLockRegistry and ShedLock's Redis provider, and several keys / permits at once vs Redisson's multi-lock and semaphores (java/bench/, < 4 min)
 	cd java && $(MVN) -q install -DskipTests
 	cd java/bench && $(MVN) -q package
 	cd java/bench && LOCK_MODULE=$(CURDIR)/$(MODULE) java -Dslf4j.internal.verbosity=ERROR \

@@ -46,7 +46,9 @@ import org.springframework.integration.redis.util.RedisLockRegistry;
  * {@code make bench-java}: this client beside Redisson (RLock, RFairLock,
  * RFencedLock, RReadWriteLock, RPermitExpirableSemaphore), Spring
  * Integration's RedisLockRegistry (spin and pub/sub) and ShedLock's Redis
- * provider, on one server with the module loaded ({@code LOCK_SERVER},
+ * provider, and several keys or permits at once against Redisson's
+ * multi-lock and semaphores ({@link SeveralAtOnce}; {@code Bench several}
+ * runs that part alone), on one server with the module loaded ({@code LOCK_SERVER},
  * default redis-server; {@code LOCK_MODULE}). Markdown tables on standard
  * output, progress on standard error.
  *
@@ -342,17 +344,26 @@ public final class Bench {
       hold(Integer.parseInt(args[1]));
       return;
     }
+    // `Bench several`: only the several-at-once tables.
+    boolean severalOnly = args.length == 1 && args[0].equals("several");
     Server srv = Server.start();
     RedisClient rc = RedisClient.create(RedisURI.create("127.0.0.1", srv.port));
     try (srv; StatefulRedisConnection<String, String> conn = rc.connect()) {
       Bench b = new Bench(srv.port, conn.sync());
       try {
-        b.run(conn.sync());
+        if (severalOnly) {
+          new SeveralAtOnce(b).print();
+        } else {
+          b.run(conn.sync());
+        }
       } finally {
         b.close();
         rc.shutdown();
       }
     }
+    // A Redisson client left with interrupted waiters may keep threads alive
+    // after its shutdown: the bench ends all the same.
+    System.exit(0);
   }
 
   void run(RedisCommands<String, String> c) throws Exception {
@@ -440,6 +451,8 @@ public final class Bench {
     for (int i = 0; i < t.length; i++) {
       System.out.printf("| %s | %s after the kill |%n", TAKEOVER[i], t[i]);
     }
+    // Last: Redisson's multi-lock rows leave waiters behind that do not stop.
+    new SeveralAtOnce(this).print();
     System.out.printf(Locale.ROOT, "%nWhole run: %.0f s.%n", (System.nanoTime() - started) / 1e9);
   }
 
