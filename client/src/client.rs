@@ -12,9 +12,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::conn::{self, Conn, Link, Share};
 use crate::error::Error;
-use crate::guard::{Backend, BoxFuture, Context, Guard, HandleHolds, Owned, Pending};
+use crate::guard::{Backend, Context, Guard, HandleHolds, Owned, Pending};
 use crate::multi::{Keys, MultiGuard};
 use crate::options::{deadline, LockOptions};
+use crate::server::Server;
 
 /// How long one reply may take on the shared connection.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -64,18 +65,6 @@ struct Inner {
     server: Arc<Server>,
     owners: Owners,
     tasks: TaskTracker,
-}
-
-/// One server or cluster as a [`Backend`].
-pub(crate) struct Server {
-    conn: Conn,
-}
-
-impl Server {
-    /// A command on the shared connection.
-    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
-        self.conn.query(cmd).await
-    }
 }
 
 impl Client {
@@ -805,37 +794,6 @@ impl Semaphore {
 
     pub fn limit(&self) -> u32 {
         self.limit
-    }
-}
-
-/// A command on a hold the caller has: `WRONGTYPE` means the key was
-/// overwritten by another type (`SET` over it), so the hold is gone, as
-/// after `NOTOWNER`.
-pub(crate) fn on_hold<T>(reply: Result<T, Error>) -> Result<T, Error> {
-    match reply {
-        Err(Error::Transport(err)) if err.code() == Some("WRONGTYPE") => Err(Error::NotOwner),
-        other => other,
-    }
-}
-
-impl Backend for Server {
-    fn renew<'a>(&'a self, key: &'a str, owner: &'a str, ttl_ms: u64) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            on_hold(
-                self.conn
-                    .query::<i64>(&conn::renew(key, owner, ttl_ms))
-                    .await,
-            )
-            .map(|_| ())
-        })
-    }
-
-    fn reenter<'a>(&'a self, key: &'a str, owner: &'a str, ttl_ms: u64) -> BoxFuture<'a, u64> {
-        Box::pin(async move { on_hold(self.conn.query(&conn::reenter(key, owner, ttl_ms)).await) })
-    }
-
-    fn release<'a>(&'a self, key: &'a str, owner: &'a str, all: bool) -> BoxFuture<'a, u64> {
-        Box::pin(async move { on_hold(self.conn.query(&conn::release(key, owner, all)).await) })
     }
 }
 

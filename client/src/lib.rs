@@ -25,6 +25,7 @@
 //! | `multi.rs` | [`MultiGuard`]: several keys held at once, renewed and released together |
 //! | `blocking.rs` | [`blocking`]: the same API without async |
 //! | `options.rs` | [`LockOptions`], drift and renew timing |
+//! | `server.rs` | one server or cluster as the backend of its holds (renew, reenter, release on the shared connection) |
 //! | `conn.rs` | connections (shared, reopened; one of its own per wait) |
 //! | `error.rs` | [`Error`], [`LossReason`] |
 //!
@@ -40,6 +41,7 @@ mod guard;
 mod multi;
 mod options;
 mod redlock;
+mod server;
 
 pub use client::{Client, RwLock, Semaphore};
 pub use error::{Error, LossReason};

@@ -11,10 +11,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{on_hold, Server};
 use crate::conn;
 use crate::error::Error;
 use crate::guard::{Backend, BoxFuture, Guard, LossSignal};
+use crate::server::{on_hold, Server};
 
 /// The keys of one hold, renewed and released together.
 pub(crate) struct Keys {
