@@ -31,6 +31,7 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
 pub use Search::{Bfs, Dfs};
 
 pub mod failover;
+mod holds_key;
 pub mod multi;
 pub mod redlock;
 pub mod server;

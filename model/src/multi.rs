@@ -30,7 +30,7 @@ use std::fmt;
 use redislock_core::error::LockError;
 use redislock_core::fence;
 use redislock_core::handoff::{Engine, Gate, Timer};
-use redislock_core::holds::{Holder, Holds, Mode};
+use redislock_core::holds::{Holds, Mode};
 use redislock_core::lock::{self, Hold};
 use redislock_core::orchestrate::{
     self, Acquired, AcquiredAll, Event, Host, Nil, Read, Removal, Stored, Write,
@@ -38,7 +38,7 @@ use redislock_core::orchestrate::{
 use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
-use crate::Fence;
+use crate::{holds_key, Fence};
 
 const OWNERS: [&[u8]; 4] = [b"c0", b"c1", b"c2", b"c3"];
 const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];
@@ -434,46 +434,11 @@ impl Host for Server<'_> {
     }
 
     fn read(&mut self, &mut key: &mut u8, how: Read<'_>) -> Result<Stored, LockError> {
-        let holds = &mut self.s.holds[key as usize];
-        if holds.is_empty() && how != Read::Listed {
-            return Ok(Stored::Free);
-        }
-        if let (Mode::Exclusive, Some(one), false) =
-            (holds.mode(), holds.only(), how == Read::Listed)
-        {
-            let mine = matches!(how, Read::Mine(owner) if owner == one.owner.as_slice());
-            return Ok(Stored::One {
-                hold: one.hold,
-                mine,
-            });
-        }
-        Ok(Stored::Listed(std::mem::take(holds)))
+        Ok(holds_key::read(&mut self.s.holds[key as usize], how))
     }
 
     fn write(&mut self, &mut key: &mut u8, holds: Write<'_>, _: Event) {
-        let now = self.s.now;
-        let slot = &mut self.s.holds[key as usize];
-        *slot = match holds {
-            Write::One { owner, hold, .. } => {
-                let since = match slot.only() {
-                    Some(one) if one.owner == owner => one.since,
-                    _ => now,
-                };
-                Holds::from_parts(
-                    Mode::Exclusive,
-                    vec![Holder {
-                        owner: owner.to_vec(),
-                        hold,
-                        since,
-                        permits: 1,
-                    }],
-                )
-            }
-            Write::Listed(mut holds) => {
-                holds.take_changes();
-                holds
-            }
-        };
+        holds_key::write(&mut self.s.holds[key as usize], holds, self.s.now);
     }
 
     fn remove(&mut self, &mut key: &mut u8, _: Removal) {

@@ -29,13 +29,13 @@ use std::fmt;
 use redislock_core::error::LockError;
 use redislock_core::fence;
 use redislock_core::handoff::{Engine, Gate, Timer};
-use redislock_core::holds::{Holder, Holds, Mode};
+use redislock_core::holds::{Holds, Mode};
 use redislock_core::lock;
 use redislock_core::orchestrate::{self, Acquired, Event, Host, Nil, Read, Removal, Stored, Write};
 use redislock_core::queue::LockName;
 use stateright::{Model, Property};
 
-use crate::Fence;
+use crate::{holds_key, Fence};
 
 const OWNERS: [&[u8]; 4] = [b"c0", b"c1", b"c2", b"c3"];
 
@@ -479,47 +479,12 @@ impl Host for Server<'_> {
         self.s.holds.latest_lease()
     }
 
-    /// As `LockKey::read`: one exclusive hold is shown as its numbers,
-    /// listed holds are taken out of the key until written back.
     fn read(&mut self, _: &mut (), how: Read<'_>) -> Result<Stored, LockError> {
-        let holds = &mut self.s.holds;
-        if holds.is_empty() && how != Read::Listed {
-            return Ok(Stored::Free);
-        }
-        if let (Mode::Exclusive, Some(one), false) =
-            (holds.mode(), holds.only(), how == Read::Listed)
-        {
-            let mine = matches!(how, Read::Mine(owner) if owner == one.owner.as_slice());
-            return Ok(Stored::One {
-                hold: one.hold,
-                mine,
-            });
-        }
-        Ok(Stored::Listed(std::mem::take(holds)))
+        Ok(holds_key::read(&mut self.s.holds, how))
     }
 
     fn write(&mut self, _: &mut (), holds: Write<'_>, _: Event) {
-        self.s.holds = match holds {
-            Write::One { owner, hold, .. } => {
-                // The hold's beginning stays with its owner.
-                let since = match self.s.holds.only() {
-                    Some(one) if one.owner == owner => one.since,
-                    _ => self.s.now,
-                };
-                let holder = Holder {
-                    owner: owner.to_vec(),
-                    hold,
-                    since,
-                    permits: 1,
-                };
-                Holds::from_parts(Mode::Exclusive, vec![holder])
-            }
-            Write::Listed(mut holds) => {
-                // The change log is the glue's, for replicas: not state.
-                holds.take_changes();
-                holds
-            }
-        };
+        holds_key::write(&mut self.s.holds, holds, self.s.now);
     }
 
     fn remove(&mut self, _: &mut (), _: Removal) {
