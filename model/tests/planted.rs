@@ -20,6 +20,8 @@
 //!   wall clock instead of the lease clock, so a forward step of the wall
 //!   clock ends a lease early and a second client is granted the lock.
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redislock_core::orchestrate::planted::{
@@ -28,16 +30,16 @@ use redislock_core::orchestrate::planted::{
 use redislock_core::planted::LEASES_ON_WALL_CLOCK;
 use redislock_core::shared_queue::planted::SERVE_PAST_A_WRITER;
 use redislock_model::{multi, run, server, shared, wall_clock, Search};
+use stateright::Model;
 
-/// Runs the readers-and-a-writer model with `switch` set until `property`
-/// fails; the trace that breaks it.
-fn caught(label: &str, switch: &AtomicBool, property: &'static str) -> String {
-    let model = shared::SharedModel {
-        bounds: shared::Bounds::readers_and_writer(),
-    };
-    // The code as built keeps every property at these bounds (checked in
-    // full by `shared_holds_of_readers_and_a_writer_keep_every_guarantee` in
-    // models.rs); the planted flaw breaks this one.
+/// Runs `model` with `switch` set until `property` fails; the trace that
+/// breaks it.
+fn caught_in<M>(label: &str, model: M, switch: &AtomicBool, property: &'static str) -> String
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
     switch.store(true, Ordering::Relaxed);
     let report = run(label, model, Search::Bfs, 1, Some(&[property]));
     switch.store(false, Ordering::Relaxed);
@@ -48,6 +50,17 @@ fn caught(label: &str, switch: &AtomicBool, property: &'static str) -> String {
         .to_string();
     println!("{trace}");
     trace
+}
+
+/// [`caught_in`] the readers-and-a-writer model.
+fn caught(label: &str, switch: &AtomicBool, property: &'static str) -> String {
+    // The code as built keeps every property at these bounds (checked in
+    // full by `shared_holds_of_readers_and_a_writer_keep_every_guarantee` in
+    // models.rs); the planted flaw breaks this one.
+    let model = shared::SharedModel {
+        bounds: shared::Bounds::readers_and_writer(),
+    };
+    caught_in(label, model, switch, property)
 }
 
 #[test]
@@ -75,32 +88,21 @@ fn flaws_planted_in_the_core_are_caught() {
 
     // Several locks in crossing orders, at the bounds of
     // `several_locks_in_crossing_orders_keep_every_guarantee` in models.rs.
-    let property = "no waiter is overtaken on any of its locks";
     let model = multi::MultiModel {
         bounds: multi::Bounds::crossing(),
     };
-    IGNORE_ARRIVAL_ORDER.store(true, Ordering::Relaxed);
-    let report = run(
+    let trace = caught_in(
         "multi, arrival order ignored",
         model,
-        Search::Bfs,
-        1,
-        Some(&[property]),
+        &IGNORE_ARRIVAL_ORDER,
+        "no waiter is overtaken on any of its locks",
     );
-    IGNORE_ARRIVAL_ORDER.store(false, Ordering::Relaxed);
-    print!("{}", report.summary());
-    let trace = report
-        .counterexample(property)
-        .unwrap_or_else(|| panic!("the checker misses the planted flaw: {}", report.summary()))
-        .to_string();
-    println!("{trace}");
     assert!(trace.contains("A WAITER WAS OVERTAKEN"), "{trace}");
 
     // The server model with a step of its wall clock, at the bounds of
     // `server_model_across_a_step_of_the_wall_clock_keeps_every_guarantee`
     // in models.rs, where every guarantee holds with leases on the lease
     // clock.
-    let property = "at most one client holds a lock";
     let model = server::ServerModel {
         bounds: server::Bounds {
             operator_writes: 0,
@@ -108,21 +110,12 @@ fn flaws_planted_in_the_core_are_caught() {
             ..server::Bounds::quick()
         },
     };
-    LEASES_ON_WALL_CLOCK.store(true, Ordering::Relaxed);
-    let report = run(
+    let trace = caught_in(
         "server, leases on the wall clock",
         model,
-        Search::Bfs,
-        1,
-        Some(&[property]),
+        &LEASES_ON_WALL_CLOCK,
+        "at most one client holds a lock",
     );
-    LEASES_ON_WALL_CLOCK.store(false, Ordering::Relaxed);
-    print!("{}", report.summary());
-    let trace = report
-        .counterexample(property)
-        .unwrap_or_else(|| panic!("the checker misses the planted flaw: {}", report.summary()))
-        .to_string();
-    println!("{trace}");
     // One holds; the wall clock jumps past its lease while no time
     // elapses; another is granted the lock.
     let step = trace
