@@ -23,7 +23,7 @@
 //! | [`locks`] | the recipes' Lua, the lock kinds, one waiting client per way of waiting |
 //! | [`throughput`] | 1 and 5a: uncontended pairs/s through `redis-benchmark` |
 //! | [`contended`] | 2: C clients on one lock, acquire → `INCR` → release |
-//! | [`takeover`] | 3: a holder vanishes, time from lease end to the waiter's hold |
+//! | [`takeover`] | 3: a holder vanishes, time from lease end to the waiter's hold; the machine's own timer wake-up under it |
 //! | [`crash`] | a holder process killed: time from the kill to the waiter's hold; what `EPHEMERAL` costs |
 //! | `sections/clock.rs` | a step of the server's wall clock under a holder: the module against the recipes |
 //! | `sections/multi.rs` | several locks or permits at once: the module against Redisson's `MultiLock`, node-redlock, bsm/redislock and redis-semaphore, written from their algorithms |

@@ -64,6 +64,8 @@ pub struct Results {
     pub contended: Vec<HashMap<(Waiting, usize), Contended>>,
     /// Way of waiting → takeover delays (ms).
     pub takeover: HashMap<Waiting, Vec<f64>>,
+    /// This machine's own timer wake-up lateness, sorted.
+    pub timer_floor: Vec<std::time::Duration>,
     /// Kind → bytes per lock, one per repetition; and `MEMORY USAGE` of one.
     pub memory: HashMap<Kind, Vec<f64>>,
     pub memory_usage: HashMap<Kind, i64>,

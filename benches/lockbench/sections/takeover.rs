@@ -2,7 +2,7 @@
 
 use super::{rotated, waitings, Ctx, Results};
 use crate::markdown::millis;
-use crate::stats::median;
+use crate::stats::{median, ms, percentile};
 use crate::takeover;
 
 /// Runs the section.
@@ -26,5 +26,17 @@ pub fn run(ctx: &Ctx, r: &mut Results) {
                 d.len()
             );
         }
+    }
+    if let Some(floor) = r.attempt("timer wake-up", || {
+        takeover::timer_wake_lateness(takeover::FLOOR_SAMPLES)
+    }) {
+        eprintln!(
+            "  this machine's timer wake-up, late by: median {}  p99 {}  max {}  ({} sleeps, no Redis)",
+            millis(ms(percentile(&floor, 50.0))),
+            millis(ms(percentile(&floor, 99.0))),
+            millis(ms(percentile(&floor, 100.0))),
+            floor.len()
+        );
+        r.timer_floor = floor;
     }
 }
