@@ -38,36 +38,72 @@ pub enum Suffix {
     Uuid([u8; 16]),
 }
 
-/// Where the dashes of a UUID are.
-const DASHES: [usize; 4] = [8, 13, 18, 23];
+/// `0x01` in every byte of a u64: `LOW * b` is the byte `b` in every byte.
+const LOW: u64 = 0x0101_0101_0101_0101;
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// The value of a lowercase hex digit.
-fn hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
+/// Eight lowercase hex digits as the four bytes they spell, or `None` if
+/// any byte is not one. Owners are read on every fresh hold and written
+/// out on every release of a packed one, so both directions work on the
+/// eight bytes at once in a u64 (no byte's arithmetic carries into the
+/// next: every per-byte sum stays below 0x100) rather than a digit at a
+/// time.
+fn decode8(chunk: [u8; 8]) -> Option<[u8; 4]> {
+    let x = u64::from_be_bytes(chunk);
+    let high = LOW * 0x80;
+    // The high bit of each byte of `at_least(c)`: that byte is ≥ c (for
+    // bytes below 0x80, which is checked below).
+    let at_least = |c: u8| x.wrapping_add(LOW * u64::from(0x80 - c));
+    let digit = at_least(b'0') & !at_least(b'9' + 1);
+    let letter = at_least(b'a') & !at_least(b'f' + 1);
+    if x & high != 0 || (digit | letter) & high != high {
+        return None;
     }
+    // '0'–'9' are 0x30–0x39, 'a'–'f' 0x61–0x66: the low nibble, plus 9
+    // where the 0x40 bit marks a letter.
+    let nibbles = (x & (LOW * 0x0f)) + ((x & (LOW * 0x40)) >> 6) * 9;
+    // Each pair of nibbles into one byte, then the four bytes together.
+    let pairs = ((nibbles >> 4) | nibbles) & 0x00ff_00ff_00ff_00ff;
+    let quads = (pairs | (pairs >> 8)) & 0x0000_ffff_0000_ffff;
+    let bytes = (quads | (quads >> 16)) & 0xffff_ffff;
+    Some(u32::try_from(bytes).ok()?.to_be_bytes())
 }
+
+/// Four bytes as eight lowercase hex digits: [`decode8`] the other way.
+fn encode8(bytes: [u8; 4]) -> [u8; 8] {
+    let x = u64::from(u32::from_be_bytes(bytes));
+    let quads = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    let pairs = (quads | (quads << 8)) & 0x00ff_00ff_00ff_00ff;
+    let nibbles = ((pairs << 4) | pairs) & (LOW * 0x0f);
+    // 1 in each byte whose nibble is 10 or more: a letter.
+    let letters = ((nibbles + LOW * 6) & (LOW * 0x10)) >> 4;
+    (nibbles + LOW * u64::from(b'0') + letters * u64::from(b'a' - b'0' - 10)).to_be_bytes()
+}
+
+/// Where a UUID's five groups of digits are in its 36 bytes.
+const UUID_GROUPS: [std::ops::Range<usize>; 5] = [0..8, 9..13, 14..18, 19..23, 24..36];
 
 /// 32 lowercase hex digits, or a lowercase UUID (`dashed`), as 16 bytes.
 fn parse_id(text: &[u8], dashed: bool) -> Option<[u8; 16]> {
-    let mut id = [0u8; 16];
-    let mut nibble = 0;
-    for (i, &b) in text.iter().enumerate() {
-        if dashed && DASHES.contains(&i) {
-            if b != b'-' {
-                return None;
-            }
-            continue;
+    let mut digits = [0u8; 32];
+    if dashed {
+        let text: &[u8; 36] = text.try_into().ok()?;
+        if text[8] != b'-' || text[13] != b'-' || text[18] != b'-' || text[23] != b'-' {
+            return None;
         }
-        let d = hex_digit(b)?;
-        id[nibble / 2] |= if nibble % 2 == 0 { d << 4 } else { d };
-        nibble += 1;
+        let mut at = 0;
+        for group in UUID_GROUPS {
+            let len = group.len();
+            digits[at..at + len].copy_from_slice(&text[group]);
+            at += len;
+        }
+    } else {
+        digits = text.try_into().ok()?;
     }
-    (nibble == 32).then_some(id)
+    let mut id = [0u8; 16];
+    for (out, chunk) in id.chunks_exact_mut(4).zip(digits.chunks_exact(8)) {
+        out.copy_from_slice(&decode8(chunk.try_into().ok()?)?);
+    }
+    Some(id)
 }
 
 /// A decimal without sign or leading zeros (`0` itself is one), in a u64.
@@ -201,14 +237,30 @@ impl Text {
     }
 
     fn push_id(&mut self, id: &[u8; 16], dashed: bool) {
-        for (i, &b) in id.iter().enumerate() {
-            // The dashes fall before bytes 4, 6, 8 and 10.
-            if dashed && matches!(i, 4 | 6 | 8 | 10) {
-                self.push(b'-');
-            }
-            self.push(HEX[usize::from(b >> 4)]);
-            self.push(HEX[usize::from(b & 15)]);
+        let mut digits = [0u8; 32];
+        for (out, chunk) in digits.chunks_exact_mut(8).zip(id.chunks_exact(4)) {
+            out.copy_from_slice(&encode8(chunk.try_into().unwrap_or_default()));
         }
+        if !dashed {
+            if let Some(out) = self.bytes.get_mut(self.len..self.len + 32) {
+                out.copy_from_slice(&digits);
+                self.len += 32;
+            }
+            return;
+        }
+        let Some(out) = self.bytes.get_mut(self.len..self.len + 36) else {
+            return;
+        };
+        let mut at = 0;
+        for (i, group) in UUID_GROUPS.into_iter().enumerate() {
+            if i > 0 {
+                out[group.start - 1] = b'-';
+            }
+            let len = group.len();
+            out[group].copy_from_slice(&digits[at..at + len]);
+            at += len;
+        }
+        self.len += 36;
     }
 }
 
@@ -299,6 +351,27 @@ mod tests {
         for owner in &cases {
             assert_eq!(Packed::parse(owner.as_bytes()), None, "{owner:?} packed");
         }
+        // Any one byte of either spelling turned into something that is
+        // not its kind (a digit where a dash goes, anything else where a
+        // digit goes) is no longer a usual form.
+        for form in [UUID, HEX32] {
+            for at in 0..form.len() {
+                for bad in [b'g', b'G', b'A', b'-', b':', b'/', 0x80] {
+                    let mut owner = form.as_bytes().to_vec();
+                    let was = owner[at];
+                    if was == bad {
+                        continue;
+                    }
+                    owner[at] = bad;
+                    assert_eq!(
+                        Packed::parse(&owner),
+                        None,
+                        "{:?} packed",
+                        String::from_utf8_lossy(&owner)
+                    );
+                }
+            }
+        }
         let odd = [0xffu8; 36];
         assert_eq!(Packed::parse(&odd), None);
         let mut nul = HEX32.as_bytes().to_vec();
@@ -341,6 +414,50 @@ mod tests {
                 let mut stored = [0; MAX_ENCODED];
                 let len = packed.encode(&mut stored);
                 assert_eq!(Packed::decode(&stored[..len]), Some(packed));
+            }
+        }
+    }
+
+    /// The eight-digits-at-once conversions against the plain one-digit
+    /// rule: every byte value in every position, and every pair of
+    /// nibbles in every position back.
+    #[test]
+    fn eight_digits_at_once_agree_with_one_at_a_time() {
+        let value = |b: u8| match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            _ => None,
+        };
+        for at in 0..8 {
+            for b in 0..=255u8 {
+                let mut chunk = *b"0f1e2d3c";
+                chunk[at] = b;
+                let expected = chunk
+                    .iter()
+                    .map(|&c| value(c))
+                    .collect::<Option<Vec<u8>>>()
+                    .map(|n| {
+                        [
+                            n[0] << 4 | n[1],
+                            n[2] << 4 | n[3],
+                            n[4] << 4 | n[5],
+                            n[6] << 4 | n[7],
+                        ]
+                    });
+                assert_eq!(decode8(chunk), expected, "{chunk:?}");
+            }
+        }
+        for at in 0..4 {
+            for b in 0..=255u8 {
+                let mut bytes = [0x5a, 0x0f, 0xf0, 0xa5];
+                bytes[at] = b;
+                let text = encode8(bytes);
+                let mut spelled = Vec::new();
+                for byte in bytes {
+                    spelled.extend_from_slice(format!("{byte:02x}").as_bytes());
+                }
+                assert_eq!(&text[..], &spelled[..]);
+                assert_eq!(decode8(text), Some(bytes));
             }
         }
     }
