@@ -31,7 +31,6 @@ use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use redis_module::{logging, raw};
 
@@ -44,9 +43,9 @@ use redislock_core::stats;
 /// only beyond 128 ms (it slews smaller corrections).
 const TOLERANCE_US: i64 = 25_000;
 
-/// Brackets wider than this are read again (the thread was preempted
-/// between the reads), a few times at most.
-const BRACKET_US: u128 = 200;
+/// Brackets wider than this (µs) are read again (the thread was
+/// preempted between the reads), a few times at most.
+const BRACKET_US: i64 = 200;
 
 /// And the slew allowed per elapsed second, in µs (1,000 ppm: NTP slews at
 /// most 500), so that a long idle stretch under a slewing clock is no step.
@@ -56,9 +55,9 @@ const SLEW_US_PER_S: i64 = 1_000;
 static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 
 thread_local! {
-    /// The two clocks at the last look (wall µs, monotonic instant); main
+    /// The two clocks at the last look (wall µs, monotonic µs); main
     /// thread only.
-    static LAST: Cell<Option<(i64, Instant)>> = const { Cell::new(None) };
+    static LAST: Cell<Option<(i64, i64)>> = const { Cell::new(None) };
     /// Pending module timers by the address of their [`Armed`] record, with
     /// the server's timer id.
     static TIMERS: RefCell<HashMap<usize, raw::RedisModuleTimerID>> = RefCell::new(HashMap::new());
@@ -114,22 +113,39 @@ fn wall_us() -> i64 {
         // SAFETY: as above.
         return unsafe { us() };
     }
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+    clock_us(libc::CLOCK_REALTIME)
 }
 
-/// The wall clock (µs) and the monotonic clock, read together: the wall
+/// A clock of `clock_gettime` in µs, as a plain number: every lock command
+/// looks at the clocks, and integer arithmetic keeps that look cheap.
+fn clock_us(clock: libc::clockid_t) -> i64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write, and a clock every Linux has.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    now.tv_sec
+        .saturating_mul(1_000_000)
+        .saturating_add(now.tv_nsec / 1_000)
+}
+
+/// The monotonic clock in µs (`CLOCK_MONOTONIC`, which `Instant` reads).
+fn mono_us() -> i64 {
+    clock_us(libc::CLOCK_MONOTONIC)
+}
+
+/// The wall clock and the monotonic clock (µs), read together: the wall
 /// clock between two monotonic reads, taken again while the two are far
 /// apart.
-fn read_both() -> (i64, Instant) {
-    let mut best = None;
+fn read_both() -> (i64, i64) {
+    let mut best: Option<(i64, i64, i64)> = None;
     for _ in 0..4 {
-        let before = Instant::now();
+        let before = mono_us();
         let wall = wall_us();
-        let after = Instant::now();
-        let width = after.duration_since(before).as_micros();
-        let mid = before + after.duration_since(before) / 2;
+        let after = mono_us();
+        let width = after.saturating_sub(before);
+        let mid = before.saturating_add(width / 2);
         if width <= BRACKET_US {
             return (wall, mid);
         }
@@ -137,7 +153,7 @@ fn read_both() -> (i64, Instant) {
             best = Some((wall, mid, width));
         }
     }
-    best.map_or_else(|| (wall_us(), Instant::now()), |(wall, mid, _)| (wall, mid))
+    best.map_or_else(|| (wall_us(), mono_us()), |(wall, mid, _)| (wall, mid))
 }
 
 /// Compares the clocks with the last look: the step in ms (wall moved
@@ -146,7 +162,7 @@ fn read_both() -> (i64, Instant) {
 fn detect() -> Option<i64> {
     let (wall, mono) = read_both();
     let (last_wall, last_mono) = LAST.replace(Some((wall, mono)))?;
-    let elapsed = i64::try_from(mono.duration_since(last_mono).as_micros()).unwrap_or(i64::MAX);
+    let elapsed = mono.saturating_sub(last_mono);
     let moved = wall.saturating_sub(last_wall);
     let step = moved.saturating_sub(elapsed);
     let allowed = TOLERANCE_US.saturating_add(elapsed / 1_000_000 * SLEW_US_PER_S);
