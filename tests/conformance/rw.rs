@@ -1,7 +1,8 @@
 //! Read-write handles: both sides of one handle (`obj=`) share its owner.
 //! The writer may take the read side (a reentry, at once); a reader asking
 //! for the write side is refused at once with `upgrade`, never queued
-//! behind its own read hold.
+//! behind its own read hold. Giving back a cancelled grant never ends
+//! another hold of the same handle.
 
 use std::thread;
 use std::time::{Duration, Instant};
