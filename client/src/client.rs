@@ -332,7 +332,8 @@ impl Client {
         // gives back what the server may grant after all, on the shared
         // connection behind the acquire (an ephemeral hold's connection
         // closes instead, which ends it).
-        let mut pending = Pending::new(req.ctx.clone(), key, &owner, owned.clone(), opts.ttl());
+        let mut pending =
+            Pending::new(req.ctx.clone(), key, &owner, owned.clone(), opts.ttl()).await;
         let sent = Instant::now();
         let (reply, bound) = match bound {
             Some((mut link, closed)) => {
@@ -468,7 +469,8 @@ impl Client {
         // up on the server's answer, or failing to confirm a grant releases
         // what may have been granted.
         let key = req.key();
-        let mut pending = Pending::new(req.ctx.clone(), key, owner, owned.clone(), opts.ttl());
+        let mut pending =
+            Pending::new(req.ctx.clone(), key, owner, owned.clone(), opts.ttl()).await;
         let sent = Instant::now();
         let command = req.command(owner, ttl_ms, opts.is_ephemeral(), Some(wait_ms));
         let reply = req.send(&mut link, &command).await;

@@ -7,7 +7,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -152,21 +151,120 @@ pub(crate) enum Owned {
     /// `LOCK.RELEASE … ALL` ends exactly this guard's holds, and may be
     /// sent again until it lands.
     Alone,
-    /// The handle's guards that still have holds are counted: only the
-    /// last one gives the owner's holds back with `ALL`; the others give
-    /// back their own count, one `LOCK.RELEASE` each.
+    /// One owner for the handle's guards and acquires: see [`HandleHolds`].
     Shared(Arc<HandleHolds>),
 }
 
-/// How many guards of one read-write handle have holds.
+/// What one read-write handle has going on under its one owner.
+///
+/// `LOCK.RELEASE … ALL` ends every hold of the owner, so it is sent only
+/// when the handle goes idle (no guard holds, no acquire is between its
+/// send and its outcome): sent earlier, it would also end a hold another
+/// guard has, or a grant still on its way to another acquire. While the
+/// handle is busy, a guard gives back its own count, and a cancelled
+/// acquire whose grant may have crossed the cancel leaves that grant
+/// owed, given back with the `ALL` sent when the handle goes idle. A new
+/// acquire on the handle waits until such an `ALL` has landed (or given
+/// up at the lease end), so that the `ALL` can never reach the server
+/// after the new grant, whatever connection each goes on.
 #[derive(Default)]
 pub(crate) struct HandleHolds {
-    live: AtomicUsize,
+    state: Mutex<HandleState>,
+    /// Woken when an `ALL` in flight lands.
+    settled: Notify,
+}
+
+#[derive(Default)]
+struct HandleState {
+    /// Guards with holds.
+    live: usize,
+    /// Acquires between their send and their outcome.
+    acquiring: usize,
+    /// A grant that may have crossed a cancel is not given back yet.
+    owed: bool,
+    /// `ALL`s in flight.
+    giving: usize,
+}
+
+impl HandleState {
+    fn idle(&self) -> bool {
+        self.live == 0 && self.acquiring == 0
+    }
+
+    /// The handle went idle: whatever the owner may hold goes back with
+    /// `ALL`, and new acquires wait for it.
+    fn give_all(&mut self, holds: &Arc<HandleHolds>) -> Giving {
+        self.owed = false;
+        self.giving += 1;
+        Giving(holds.clone())
+    }
 }
 
 impl HandleHolds {
-    fn live(&self) -> usize {
-        self.live.load(Ordering::SeqCst)
+    fn state(&self) -> std::sync::MutexGuard<'_, HandleState> {
+        // The state is a few counters changed in one step each: a panic
+        // elsewhere cannot leave it half-changed.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no `ALL` of the handle is in flight, then counts an
+    /// acquire as going out.
+    async fn enter(&self) {
+        loop {
+            let landed = self.settled.notified();
+            {
+                let mut state = self.state();
+                if state.giving == 0 {
+                    state.acquiring += 1;
+                    return;
+                }
+            }
+            landed.await;
+        }
+    }
+
+    /// An acquire's outcome is known (`crossed`: its grant may have come
+    /// after it gave up): what to send now, if anything.
+    fn settle(self: &Arc<Self>, crossed: bool) -> Option<Giving> {
+        let mut state = self.state();
+        state.acquiring -= 1;
+        state.owed |= crossed;
+        (state.idle() && state.owed).then(|| state.give_all(self))
+    }
+
+    fn join(&self) {
+        self.state().live += 1;
+    }
+
+    /// A guard with `count` holds is done: `ALL` if the handle is idle now,
+    /// otherwise the guard's own count.
+    fn leave(self: &Arc<Self>, count: u64) -> (GiveBack, Option<Giving>) {
+        let mut state = self.state();
+        state.live -= 1;
+        match state.idle() {
+            true => (GiveBack::All, Some(state.give_all(self))),
+            false => (GiveBack::Each(count), None),
+        }
+    }
+}
+
+/// An `ALL` of a read-write handle in flight: dropped once it has landed
+/// (or given up), which lets the handle's new acquires go out.
+pub(crate) struct Giving(Arc<HandleHolds>);
+
+impl Drop for Giving {
+    fn drop(&mut self) {
+        self.0.state().giving -= 1;
+        self.0.settled.notify_waiters();
+    }
+}
+
+/// What a guard with `count` holds gives back when it is done, and for a
+/// read-write handle whether that is the handle's `ALL` in flight.
+fn finish(owned: &Owned, count: u64) -> (GiveBack, Option<Giving>) {
+    match owned {
+        Owned::Alone => (GiveBack::All, None),
+        Owned::Shared(holds) => holds.leave(count),
     }
 }
 
@@ -213,8 +311,11 @@ const RELEASE_RETRY: Duration = Duration::from_millis(50);
 /// call gave up on a reply that may still come), it gives back in the
 /// background what may have been granted, on the connection the acquire
 /// went on (the shared one, after the acquire), and never blocks the drop.
+/// Through a read-write handle, that give-back waits until the handle is
+/// idle (see [`HandleHolds`]).
 pub(crate) struct Pending<'a> {
-    ctx: Option<Context>,
+    ctx: Context,
+    armed: bool,
     key: &'a str,
     owner: &'a str,
     owned: Owned,
@@ -223,15 +324,21 @@ pub(crate) struct Pending<'a> {
 }
 
 impl<'a> Pending<'a> {
-    pub(crate) fn new(
+    /// Armed right before the send; through a read-write handle, after any
+    /// `ALL` of the handle still in flight has landed.
+    pub(crate) async fn new(
         ctx: Context,
         key: &'a str,
         owner: &'a str,
         owned: Owned,
         ttl: Duration,
     ) -> Pending<'a> {
+        if let Owned::Shared(holds) = &owned {
+            holds.enter().await;
+        }
         Pending {
-            ctx: Some(ctx),
+            ctx,
+            armed: true,
             key,
             owner,
             owned,
@@ -242,30 +349,33 @@ impl<'a> Pending<'a> {
     /// Nothing to undo: no grant, a release already done, or a guard now
     /// holds the lock.
     pub(crate) fn disarm(&mut self) {
-        self.ctx = None;
+        self.armed = false;
     }
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        let Some(ctx) = self.ctx.take() else {
-            return;
+        let giving = match &self.owned {
+            Owned::Alone if self.armed => None,
+            Owned::Alone => return,
+            // Through a read-write handle, a grant that crossed the cancel
+            // goes back with the handle's `ALL` once it is idle: sent
+            // earlier, the `ALL` would end the holds of the handle's other
+            // guards and acquires too.
+            Owned::Shared(holds) => match holds.settle(self.armed) {
+                Some(giving) => Some(giving),
+                None => return,
+            },
         };
-        let what = match &self.owned {
-            Owned::Alone => GiveBack::All,
-            // Another guard of the handle holds under this owner: a grant
-            // that crossed the cancel is a reentry of its hold, given back
-            // with the handle's last release (`ALL`); releasing now could
-            // take the other guard's hold instead.
-            Owned::Shared(holds) if holds.live() > 0 => return,
-            Owned::Shared(_) => GiveBack::All,
-        };
-        let backend = ctx.backend;
+        let backend = self.ctx.backend.clone();
         let key = self.key.to_string();
         let owner = self.owner.to_string();
         let until = Instant::now() + self.ttl;
-        let job = async move { give_back(&*backend, &key, &owner, what, until).await };
-        ctx.tasks.spawn_on(job, &ctx.runtime);
+        let job = async move {
+            give_back(&*backend, &key, &owner, GiveBack::All, until).await;
+            drop(giving);
+        };
+        self.ctx.tasks.spawn_on(job, &self.ctx.runtime);
     }
 }
 
@@ -283,7 +393,10 @@ struct ReleaseJob {
     key: String,
     owner: String,
     lease: Arc<Lease>,
-    what: GiveBack,
+    /// What goes back; `None`: what the guard's `count` holds come to
+    /// when it is done (decided when the job runs).
+    what: Option<(GiveBack, Option<Giving>)>,
+    count: u64,
     owned: Owned,
     watchdog: Option<Watchdog>,
     binding: Option<Watchdog>,
@@ -302,13 +415,12 @@ impl ReleaseJob {
             owner,
             lease,
             what,
+            count,
             owned,
             watchdog,
             binding,
         } = self;
-        if let Owned::Shared(holds) = owned {
-            holds.live.fetch_sub(1, Ordering::SeqCst);
-        }
+        let (what, giving) = what.unwrap_or_else(|| finish(&owned, count));
         let backend = ctx.backend.clone();
         let job = async move {
             if let Some(dog) = watchdog {
@@ -319,6 +431,7 @@ impl ReleaseJob {
             let (ttl, _) = lease.ttl();
             let until = lease.deadline() + crate::options::drift(ttl);
             give_back(&*backend, &key, &owner, what, until).await;
+            drop(giving);
             if let Some(binding) = binding {
                 binding.stop.cancel();
             }
@@ -402,7 +515,7 @@ impl Guard {
         owned: Owned,
     ) -> Guard {
         if let Owned::Shared(holds) = &owned {
-            holds.live.fetch_add(1, Ordering::SeqCst);
+            holds.join();
         }
         let mut guard = Guard {
             ctx,
@@ -568,25 +681,22 @@ impl Guard {
         self.hand_back(true).await.map(|_| ())
     }
 
-    /// Whether this guard's holds are the last of its owner's: then `ALL`
-    /// gives them back; otherwise (another guard of the same read-write
-    /// handle holds too) its own count does.
-    fn give_back_all(&self) -> GiveBack {
-        match &self.owned {
-            Owned::Shared(holds) if holds.live() > 1 => GiveBack::Each(self.count),
-            _ => GiveBack::All,
-        }
-    }
-
     /// The one release path: every hold (`all`) or one.
     async fn hand_back(&mut self, all: bool) -> Result<u64, Error> {
         let finishing = all || self.count <= 1;
-        let every = self.give_back_all();
-        let what = if finishing { every } else { GiveBack::Each(1) };
         // From here the guard counts nothing as held until the server
         // confirms what is left; a release that does not finish (this
         // future dropped, even while the watchdog stops) keeps it so.
         let count = std::mem::take(&mut self.count);
+        // Finishing, the guard is done: `ALL`, or its own count while
+        // others of its read-write handle hold or acquire.
+        let (what, every) = match finishing {
+            true => {
+                let every = finish(&self.owned, count);
+                (every.0, Some(every))
+            }
+            false => (GiveBack::Each(1), None),
+        };
         let mut pending = Unconfirmed {
             job: Some(ReleaseJob {
                 ctx: self.ctx.clone(),
@@ -595,6 +705,7 @@ impl Guard {
                 lease: self.lease.clone(),
                 // Unconfirmed, the guard is done: every hold goes back.
                 what: every,
+                count,
                 owned: self.owned.clone(),
                 // The retry stops the watchdog itself if it still runs.
                 watchdog: self.watchdog.take(),
@@ -655,7 +766,23 @@ impl Guard {
                 binding.stop.cancel();
             }
             self.stop_watchdog().await;
-            self.handle_done();
+            if let (Owned::Shared(holds), false) = (&self.owned, finishing) {
+                // A release of one hold that found the owner gone: the guard
+                // is done all the same (and the handle, idle now, gives
+                // back a grant it still owes).
+                let done = ReleaseJob {
+                    ctx: self.ctx.clone(),
+                    key: self.key.clone(),
+                    owner: self.owner.clone(),
+                    lease: self.lease.clone(),
+                    what: Some(holds.leave(0)),
+                    count: 0,
+                    owned: self.owned.clone(),
+                    watchdog: None,
+                    binding: None,
+                };
+                done.spawn(false);
+            }
         }
         match reply {
             Ok(_) => Ok(left),
@@ -665,14 +792,6 @@ impl Guard {
                 self.lease.lose(LossReason::NotOwner);
                 Err(err)
             }
-        }
-    }
-
-    /// This guard has no holds any more: a read-write handle counts one
-    /// guard less.
-    fn handle_done(&self) {
-        if let Owned::Shared(holds) = &self.owned {
-            holds.live.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -731,16 +850,18 @@ impl Drop for Guard {
         }
         let what = match &self.owned {
             // A lost hold of a shared owner is gone; what the owner holds
-            // now belongs to the handle's other guards.
-            Owned::Shared(_) if self.is_lost() => GiveBack::Each(0),
-            _ => self.give_back_all(),
+            // now belongs to the handle's other guards (or, the handle
+            // idle, goes back with its `ALL`, with any grant it owes).
+            Owned::Shared(holds) if self.is_lost() => holds.leave(0),
+            _ => finish(&self.owned, self.count),
         };
         let job = ReleaseJob {
             ctx: self.ctx.clone(),
             key: std::mem::take(&mut self.key),
             owner: std::mem::take(&mut self.owner),
             lease: self.lease.clone(),
-            what,
+            what: Some(what),
+            count: self.count,
             owned: self.owned.clone(),
             watchdog: self.watchdog.take(),
             binding: self.binding.take(),
@@ -815,5 +936,68 @@ async fn watch(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grant that may have crossed a cancel while another acquire of the
+    /// handle is under way is owed, not given back (an `ALL` then would
+    /// end that acquire's grant too); it goes back with the `ALL` sent when
+    /// the handle goes idle.
+    #[test]
+    fn a_crossed_grant_waits_for_the_handle_to_go_idle() {
+        let holds = Arc::new(HandleHolds::default());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(holds.enter());
+        runtime.block_on(holds.enter());
+        assert!(
+            holds.settle(true).is_none(),
+            "ALL sent while another acquire is under way"
+        );
+        holds.join();
+        assert!(holds.settle(false).is_none());
+        match holds.leave(1) {
+            (GiveBack::All, Some(giving)) => drop(giving),
+            (what, _) => panic!("the idle handle gave back {what:?}, not ALL"),
+        }
+        assert!(!holds.state().owed);
+    }
+
+    /// A guard done while another guard of the handle holds gives back its
+    /// own count; the last one gives back with `ALL`.
+    #[test]
+    fn only_the_idle_handle_gives_back_with_all() {
+        let holds = Arc::new(HandleHolds::default());
+        holds.join();
+        holds.join();
+        assert!(matches!(holds.leave(2), (GiveBack::Each(2), None)));
+        assert!(matches!(holds.leave(1), (GiveBack::All, Some(_))));
+    }
+
+    /// An acquire through the handle waits while an `ALL` is in flight.
+    #[test]
+    fn an_acquire_waits_for_the_handle_all_in_flight() {
+        let holds = Arc::new(HandleHolds::default());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        holds.join();
+        let (_, giving) = holds.leave(1);
+        let giving = giving.expect("ALL from the idle handle");
+        runtime.block_on(async {
+            let early = tokio::time::timeout(Duration::from_millis(50), holds.enter()).await;
+            assert!(early.is_err(), "the acquire went out before the ALL landed");
+            drop(giving);
+            tokio::time::timeout(Duration::from_secs(5), holds.enter())
+                .await
+                .expect("the acquire goes out once the ALL landed");
+        });
+        assert_eq!(holds.state().acquiring, 1);
     }
 }

@@ -168,7 +168,7 @@ impl Redlock {
         // Armed until a guard holds the lock or the round has released.
         // Each server's release goes on the link its acquire went on, after
         // it, so it also undoes a grant whose reply had not come back yet.
-        let mut pending = Pending::new(self.context(), key, &owner, Owned::Alone, opts.ttl());
+        let mut pending = Pending::new(self.context(), key, &owner, Owned::Alone, opts.ttl()).await;
         let round = servers.acquire_round(key, &owner, opts.ttl(), ttl_ms).await;
         match round {
             Ok((fence, deadline)) => {

@@ -317,7 +317,21 @@ export class LockClient {
 
   /** Every acquire, of one key (`name`) or of several (`opts.keys`, routed by the first). */
   async #acquire(name: string, opts: Checked, owner: SharedOwner | undefined): Promise<Lock> {
-    const token = owner?.token ?? this.#owners.next();
+    if (owner === undefined) {
+      return this.#acquireAs(name, opts, this.#owners.next(), undefined);
+    }
+    // Counted from before the send until the outcome is known: a cancelled
+    // acquire through the same owner must not give back with `ALL` meanwhile.
+    await owner.landed();
+    owner.acquiring++;
+    try {
+      return await this.#acquireAs(name, opts, owner.token, owner);
+    } finally {
+      owner.acquiring--;
+    }
+  }
+
+  async #acquireAs(name: string, opts: Checked, token: string, owner: SharedOwner | undefined): Promise<Lock> {
     if (opts.ephemeral) {
       // Bound to the connection it is granted on: one of its own, kept.
       return this.#onOwnLink(name, token, opts, owner);
@@ -675,8 +689,8 @@ export class LockClient {
    * acquire, and `CLIENT UNBLOCK` from the shared one takes a parked
    * acquire out of the queue; the link is closed only once the release has
    * answered (closing first leaves a half-closed connection the server may
-   * still grant to). A shared owner's other holds stay: only a grant seen
-   * in the reply is released, once.
+   * still grant to). A shared owner's other holds and acquires stay: while
+   * it has any, only a grant seen in the reply is released, once.
    */
   #undo(
     name: string,
@@ -686,9 +700,9 @@ export class LockClient {
     link: Link | null,
     opts: Checked,
   ): void {
-    const exclusive = shared === undefined || shared.live === 0;
+    const exclusive = shared === undefined || shared.alone();
     const releaseAll = cmd.releaseOf(name, owner, true, opts.keys);
-    inBackground(async () => {
+    const undo = async (): Promise<void> => {
       let unblocked = false;
       try {
         if (link === null) {
@@ -732,17 +746,19 @@ export class LockClient {
       } finally {
         unblocked = true;
       }
-    });
+    };
+    inBackground(exclusive && shared !== undefined ? shared.giving(undo) : undo);
   }
 
   /** Best effort, in the background: if it fails, the lease ends by itself. */
   #releaseLater(name: string, owner: string, shared: SharedOwner | undefined, opts: Checked): void {
-    if (shared !== undefined && shared.live > 0) {
-      // The other side's hold is this owner's too; only the lease can end a
-      // grant nobody saw.
+    if (shared !== undefined && !shared.alone()) {
+      // The other side's hold (or grant on its way) is this owner's too;
+      // only the lease can end a grant nobody saw.
       return;
     }
-    inBackground(() => this.#backendFor(opts).release(name, owner, true));
+    const release = () => this.#backendFor(opts).release(name, owner, true);
+    inBackground(shared === undefined ? release : shared.giving(release));
   }
 }
 

@@ -22,14 +22,50 @@ export interface Backend {
 
 /**
  * An owner token that several `Lock`s may hold through (both sides of one
- * `ReadWriteLock` handle), and how many of them are held now. A lock whose
- * owner is shared must never release with `ALL`: that would end the other
- * side's hold too.
+ * `ReadWriteLock` handle), how many of them are held now and how many
+ * acquires through it are under way. A lock whose owner is shared must
+ * never release with `ALL`: that would end the other side's hold too. An
+ * acquire cancelled with its grant maybe in flight gives back with `ALL`
+ * only when nothing else holds or acquires through the owner (an acquire
+ * under way may be granted before the `ALL` lands, which would end it
+ * too), and new acquires through the owner wait until that `ALL` has
+ * landed, so that it never comes after their grant.
  */
 export class SharedOwner {
   /** Holds taken through this owner and not yet released or lost. */
   live = 0;
+  /** Acquires through this owner under way (from their start to their outcome). */
+  acquiring = 0;
+  /** Background releases with `ALL` of this owner not yet over. */
+  readonly #giving = new Set<Promise<void>>();
   constructor(readonly token: string) {}
+
+  /** Whether the acquire asking (itself counted in `acquiring`) is all this owner has going on. */
+  alone(): boolean {
+    return this.live === 0 && this.acquiring <= 1;
+  }
+
+  /** `work`, a background release with `ALL`, wrapped so that new acquires wait until it is over. */
+  giving(work: () => Promise<unknown>): () => Promise<unknown> {
+    let over: () => void = () => undefined;
+    const landed = new Promise<void>((resolve) => (over = resolve));
+    this.#giving.add(landed);
+    return async () => {
+      try {
+        return await work();
+      } finally {
+        this.#giving.delete(landed);
+        over();
+      }
+    };
+  }
+
+  /** Resolves once no release with `ALL` of this owner is under way. */
+  async landed(): Promise<void> {
+    while (this.#giving.size > 0) {
+      await Promise.all([...this.#giving]);
+    }
+  }
 }
 
 /** Everything a `Lock` is started with. */

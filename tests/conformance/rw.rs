@@ -1,8 +1,10 @@
 //! Read-write handles: both sides of one handle (`obj=`) share its owner.
 //! The writer may take the read side (a reentry, at once); a reader asking
 //! for the write side is refused at once with `upgrade`, never queued
-//! behind its own read hold.
+//! behind its own read hold. Giving back a cancelled grant never ends
+//! another hold of the same handle.
 
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
@@ -78,4 +80,42 @@ fn two_handles_exclude_each_other() {
     d.ok("release h=r");
     d.ok("release h=r2");
     assert!(server.lock_info("k").is_none());
+}
+
+/// Writes paused; a read through the handle `h` goes out, then a second
+/// read through `h`, and the first is cancelled while both grants are held
+/// up by the pause. When the pause ends the server grants both to the
+/// handle's one owner (the second as a reentry), then gets whatever the
+/// client sent to give the cancelled grant back: that must not end the
+/// second hold. It is held on the server while the driver says so, and
+/// once it is released nothing is left.
+#[test]
+fn a_cancelled_read_never_undoes_a_later_read_of_its_handle() {
+    let (server, mut d) = setup();
+    // The client's connections are open before the pause.
+    d.ok("acquire h=warm key=w ttl=10000");
+    d.ok("release h=warm");
+    let mut conn = server.conn();
+    let _: String = conn.value(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let paused = Instant::now();
+    let a = d.send("acquire h=a key=k kind=read obj=h ttl=30000 cancel=300");
+    let b = d.send("acquire h=b key=k kind=read obj=h ttl=30000");
+    let reply = d.reply(a);
+    assert_eq!(reply.kind, "cancelled", "{:?}", reply.line);
+    let reply = d.reply(b);
+    assert!(reply.ok, "the second read: {:?}", reply.line);
+    // Past the pause, and whatever was queued behind it.
+    thread::sleep(Duration::from_millis(2000).saturating_sub(paused.elapsed()));
+    let status = d.status("b");
+    assert!(status.held, "the second read: {status:?}");
+    let info = server.lock_info("k");
+    let holder = info
+        .as_ref()
+        .and_then(|i| i.holders.iter().find(|h| h.owner == reply.field("owner")));
+    assert!(
+        holder.is_some(),
+        "the driver says b is held, the server holds nothing for its owner: {info:?}"
+    );
+    d.ok("release h=b");
+    nothing_left(&server, &mut d, "k", Duration::from_secs(3));
 }
