@@ -231,7 +231,7 @@ bench-quick: build ## The module-vs-recipes benchmark only, fewer and shorter ru
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench -- --quick
 
 bench-client: build ## Redlock over 3 local servers: this client vs the rslock crate, latency and contention (< 2 min)
-	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench -p redislock-client --bench redlock
+	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench -p redislock-client-bench --bench redlock
 
 # The long partition run: 20 rounds of each kind (partitions, some followed
 # by a second failover at once, and kills) with Sentinel in network
