@@ -93,7 +93,9 @@ CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
 #   suite for each client) on TEST_JOBS servers side by side
 #   (test-clients-on-<server>, two by default): they wait on servers and
 #   timers far more than they compute, so two servers at once on 2 cores take
-#   little longer than one.
+#   little longer than one. The conformance runs are one server's at a time:
+#   the server that finds none running starts with them and the other with
+#   its clients' suites, so the two halves overlap instead of queueing.
 # Each server's output goes to target/test-logs/<server>.<round>.log, printed
 # whole when that round ends on that server; while it runs, a line per suite
 # says how it went. A suite that fails says so (`=== <server>: <suite> FAILED
@@ -147,10 +149,7 @@ test-cargo: build
 # One server's suites in one round, one after the other, their output into
 # its log. A suite that fails is reported and the next one still runs, so
 # one run shows every failure. SUITES_BEGIN defines `suite <name> <command>`;
-# SUITES_END prints the log whole and fails if a suite did. Conformance runs
-# take turns between the servers (flock): each starts eight drivers at once,
-# each given 20 s to answer its first request, and a second run beside it
-# starves it of CPU most.
+# SUITES_END prints the log whole and fails if a suite did.
 SUITES_BEGIN = mkdir -p $(TEST_LOGS); env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); \
 	log=$(TEST_LOGS)/$*.$(patsubst test-%-on-$*,%,$@).log; all=$$SECONDS; failed=""; \
 	suite() { local name=$$1 start=$$SECONDS; shift; echo "--- $*: $$name ---" >> $$log; \
@@ -166,21 +165,33 @@ $(TEST_INTEGRATION_ON): test-integration-on-%:
 	suite integration env $$env $(CARGO_TESTS) --test integration -- --test-threads=4; \
 	$(SUITES_END)
 
-# The Rust client's suite runs in CARGO_TESTS' selection, in two commands
-# (`--doc` mixes with no other target): the client's unit and integration
-# tests with the module's own unit tests (`--lib`), then its doctests.
+# The conformance runs are one server's at a time: each run starts eight
+# drivers at once, each given 20 s to answer its first request, and a second
+# server's run beside it starves it of CPU most. A server holds the lock
+# ($(TEST_LOGS)/.conformance, fd 8) over its seven runs; the server that
+# finds it free runs them first, the other its clients' suites first, so one
+# server's conformance runs overlap the other's suites instead of waiting for
+# them. The Rust client's suite runs in CARGO_TESTS' selection, in two
+# commands (`--doc` mixes with no other target): the client's unit and
+# integration tests with the module's own unit tests (`--lib`), then its
+# doctests.
 TEST_CLIENTS_ON := $(addprefix test-clients-on-,$(SERVERS))
 $(TEST_CLIENTS_ON): test-clients-on-%:
 	@$(SUITES_BEGIN); \
 	echo "=== $*: Rust client, Python, Node, Java, Go, conformance (log: $$log) ==="; \
-	suite rust-client env $$env $(CARGO_TESTS) --lib --test client; \
-	suite rust-client-doc env $$env $(CARGO_TESTS) --doc; \
-	suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_JOBS) tests; \
-	suite node env -C node $$env npm run --silent test:only; \
-	suite java env -C java $$env $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$*; \
-	suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; \
-	$(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) flock $(TEST_LOGS)/.conformance env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
-	  $(CARGO_TESTS) --test conformance -- --test-threads=$(CONFORMANCE_THREADS);) \
+	clients() { \
+	  suite rust-client env $$env $(CARGO_TESTS) --lib --test client; \
+	  suite rust-client-doc env $$env $(CARGO_TESTS) --doc; \
+	  suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_JOBS) tests; \
+	  suite node env -C node $$env npm run --silent test:only; \
+	  suite java env -C java $$env $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$*; \
+	  suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; }; \
+	conformance() { \
+	  $(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
+	    $(CARGO_TESTS) --test conformance -- --test-threads=$(CONFORMANCE_THREADS);) }; \
+	exec 8>$(TEST_LOGS)/.conformance; \
+	if flock -n 8; then conformance; flock -u 8; clients; \
+	else clients; flock 8; conformance; flock -u 8; fi; \
 	$(SUITES_END)
 
 TEST_ON := $(addprefix test-on-,$(SERVERS))
