@@ -646,7 +646,9 @@ impl Guard {
     }
 
     /// Takes the lock once more (reentry): count + 1, lease reset. Each
-    /// reentry needs its own [`Guard::release`].
+    /// reentry needs its own [`Guard::release`]. Returns the server's
+    /// count of the owner's holds, which on a read-write handle has the
+    /// other side's too; [`Guard::count`] is this guard's own.
     pub async fn reenter(&mut self) -> Result<u64, Error> {
         self.held()?;
         let (ttl, ttl_ms) = self.lease.ttl();
@@ -657,7 +659,13 @@ impl Guard {
             .reenter(&self.key, &self.owner, ttl_ms)
             .await?;
         self.lease.extend(sent, ttl);
-        self.count = count;
+        self.count = match self.owned {
+            Owned::Alone => count,
+            // The server counts the owner's holds, the handle's other
+            // guards' included: this guard keeps its own, as a release
+            // does, so that releasing them never takes another's hold.
+            Owned::Shared(_) => self.count.saturating_add(1),
+        };
         Ok(count)
     }
 

@@ -202,3 +202,29 @@ fn a_read_write_handle_shares_its_owner_across_both_sides() {
     assert!(matches!(rw.write(&opts), Err(Error::Upgrade)));
     assert!(start.elapsed() < Duration::from_secs(1));
 }
+
+/// A reentry on one side of a read-write handle counts that side's holds
+/// only: the server's count also has the other side's, and releasing the
+/// reentered side back to nothing leaves the other side's hold alone.
+#[test]
+fn a_reentry_on_one_side_of_a_handle_counts_that_sides_holds_only() {
+    let server = Server::start();
+    let client = redislock_client::blocking::Client::open(server.url()).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(5));
+    let rw = client.rw_lock("k");
+    let mut write = rw.write(&opts).unwrap();
+    let mut read = rw.read(&opts).unwrap();
+    assert_eq!(
+        read.reenter().unwrap(),
+        3,
+        "the server counts the owner's holds"
+    );
+    assert_eq!(read.count(), 2, "the read side's own holds");
+    assert_eq!(read.release().unwrap(), 1, "the read side's own holds left");
+    assert_eq!(read.release().unwrap(), 0);
+    let held = server.lock_info("k").expect("the write side still holds");
+    assert_eq!(held.count, 1);
+    assert!(!write.is_lost());
+    assert_eq!(write.release().unwrap(), 0);
+    assert!(server.lock_info("k").is_none());
+}
